@@ -1,0 +1,32 @@
+"""gemm_lessons: the kernels, the check-and-benchmark harness and the plots of the lessons.
+
+    import gemm_lessons as gl
+    gl.backend()                                   # 'cuda' or 'simulator'
+    gl.kernels()                                   # the registered kernels
+    c = gl.matmul(a, b, kernel="k01_coalesced")    # a @ b with that kernel
+    print(gl.check("k01_coalesced"))               # the shape suite, on this engine
+    print(gl.bench("k01_coalesced", 4096))         # against cuBLAS, on a GPU
+
+Importing the package decides the engine (GPU, or numba's simulator and Triton's
+interpreter when there is no GPU) before numba or triton is imported; it prints nothing and
+launches nothing.
+"""
+from . import engines as _engines
+from .engines import EngineError, device, engine, select_engine
+from .api import (ACTIVATIONS, UnsupportedDevice, bench, check, gemm, kernels, matmul,
+                  show_source)
+from .harness import CheckError
+
+__version__ = "0.1.0"
+
+__all__ = ["backend", "engine", "device", "select_engine", "kernels", "matmul", "gemm",
+           "check", "bench", "show_source", "CheckError", "EngineError", "UnsupportedDevice",
+           "ACTIVATIONS"]
+
+
+def backend() -> str:
+    """``'cuda'`` or ``'simulator'``; ``gl.engine()`` adds the device and capability."""
+    return _engines.backend()
+
+
+_engines.engine()

@@ -1,0 +1,212 @@
+"""The public API: every argument is validated here, once; kernel launchers trust it."""
+from __future__ import annotations
+
+import inspect
+import numbers
+
+import torch
+
+from . import engines as _backend
+from . import harness as _harness
+from . import registry as _registry
+
+__all__ = ["kernels", "matmul", "gemm", "check", "bench", "show_source", "ACTIVATIONS"]
+
+ACTIVATIONS = (None, "relu", "gelu", "leaky_relu")
+
+
+def kernels():
+    """The registered kernels, in lesson order (name, lesson, language, dtypes, min_cc, summary)."""
+    return _registry.entries()
+
+
+class UnsupportedDevice(ValueError):
+    """The GPU lacks an instruction the kernel needs (its compute capability is too low)."""
+
+
+def _dt(d):
+    return str(d).replace("torch.", "")
+
+
+def _check_tensor(what, t, entry, ndims=(2,)):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dim() not in ndims:
+        shape = " or ".join({2: "2-D", 3: "3-D (batch, rows, cols)"}[n] for n in ndims)
+        raise ValueError(f"{what} must be {shape}; got shape {tuple(t.shape)}")
+    if t.dtype not in entry.dtypes:
+        kind = ("integer tensors are not supported (GEMM here is floating point)"
+                if not (t.dtype.is_floating_point or t.dtype.is_complex) else
+                f"{entry.name} takes {', '.join(entry.dtype_names)}")
+        raise TypeError(f"{what} has dtype {_dt(t.dtype)}: {kind}")
+    want = _backend.device().type
+    if t.device.type != want:
+        if want == "cpu":
+            raise ValueError(f"{what} is on {t.device}, but this run uses numba's simulator "
+                             "and Triton's interpreter, which take CPU tensors: call .cpu()")
+        raise ValueError(f"{what} is on {t.device}, but kernels run on the GPU here: "
+                         "call .cuda() (or create it with device=gl.device())")
+    if any(s == 0 for s in t.shape):
+        raise ValueError(f"{what} has an empty dimension {tuple(t.shape)}: M, N, K must be >= 1")
+
+
+def _check_capability(entry):
+    eng = _backend.engine()
+    if eng.kind == "cuda" and eng.capability < tuple(entry.min_cc):
+        need = ".".join(map(str, entry.min_cc))
+        have = ".".join(map(str, eng.capability))
+        raise UnsupportedDevice(
+            f"{entry.name} needs compute capability {need} or newer; {eng.device_name} has "
+            f"{have}. Run this lesson on the simulator: restart Python and call "
+            f"gl.select_engine(min_cc=({entry.min_cc[0]}, {entry.min_cc[1]})) first.")
+
+
+def _validate_pair(a, b, entry):
+    _check_tensor("a", a, entry)
+    _check_tensor("b", b, entry)
+    if a.dtype != b.dtype:
+        raise TypeError(f"a and b differ in dtype ({_dt(a.dtype)} and {_dt(b.dtype)}): "
+                        "convert one of them")
+    if a.device != b.device:
+        raise ValueError(f"a is on {a.device} and b on {b.device}: put both on one device")
+    if a.shape[1] != b.shape[0]:
+        raise ValueError(f"shapes do not match for a @ b: a is {tuple(a.shape)} (M, K), b is "
+                         f"{tuple(b.shape)} (K, N); a.shape[1] must equal b.shape[0]")
+
+
+def matmul(a, b, kernel="k01_coalesced", *, out=None):
+    """``a @ b`` computed by ``kernel`` (a registered name, see :func:`kernels`).
+
+    ``a`` (M, K) and ``b`` (K, N): torch tensors of one dtype the kernel takes, CUDA tensors
+    on a GPU and CPU tensors on the simulator, any strides. Returns a new contiguous (M, N)
+    tensor of the same dtype, or writes into ``out`` (contiguous, (M, N), same dtype).
+    """
+    entry = _registry.get(kernel)
+    _validate_pair(a, b, entry)
+    _check_capability(entry)
+    M, N = a.shape[0], b.shape[1]
+    if out is None:
+        out = torch.empty(M, N, dtype=a.dtype, device=a.device)
+    else:
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+        if tuple(out.shape) != (M, N) or out.dtype != a.dtype or out.device != a.device \
+                or not out.is_contiguous():
+            raise ValueError(f"out must be a contiguous ({M}, {N}) {_dt(a.dtype)} tensor on "
+                             f"{a.device}; got {tuple(out.shape)} {_dt(out.dtype)} on {out.device}")
+    entry.launch(a, b, out)
+    return out
+
+
+def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None,
+         kernel="k09_fused_epilogue"):
+    """BLAS-style ``activation(alpha * a @ b + beta * c + bias)`` with ``kernel``.
+
+    * ``beta == 0`` never reads ``c`` (NaN in ``c`` does not leak); ``alpha == 0`` never
+      reads ``a`` or ``b``.
+    * ``bias``: shape (N,), added to every row; ``activation``: None, "relu", "gelu"
+      (exact, as ``torch.nn.functional.gelu``) or "leaky_relu" (slope 0.01).
+    * Batched: ``a`` (B, M, K) and/or ``b`` (B, K, N); a 2-D operand or a batch of 1 is
+      broadcast with batch stride 0 (no copy). ``c`` is (M, N) or (B, M, N).
+    * Any strides, transposed views included, without hidden copies.
+    Returns a new tensor, (M, N) or (B, M, N), in the inputs' dtype.
+    """
+    entry = _registry.get(kernel)
+    if entry.gemm is None:
+        gemms = [k.name for k in _registry.entries() if k.gemm is not None]
+        raise ValueError(f"{entry.name} has no BLAS epilogue; kernels that do: "
+                         f"{', '.join(gemms) or 'none yet'}")
+    for what, t in (("a", a), ("b", b)):
+        _check_tensor(what, t, entry, ndims=(2, 3))
+    if a.dtype != b.dtype:
+        raise TypeError(f"a and b differ in dtype ({_dt(a.dtype)} and {_dt(b.dtype)})")
+    if a.shape[-1] != b.shape[-2]:
+        raise ValueError(f"shapes do not match for a @ b: a is {tuple(a.shape)}, b is "
+                         f"{tuple(b.shape)}; a's last dimension must equal b's second-to-last")
+    for what, v in (("alpha", alpha), ("beta", beta)):
+        if not isinstance(v, numbers.Real) or isinstance(v, bool):
+            raise TypeError(f"{what} must be a real number, got {type(v).__name__}")
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; choose one of "
+                         f"{', '.join(repr(x) for x in ACTIVATIONS)}")
+    batched = a.dim() == 3 or b.dim() == 3
+    Ba = a.shape[0] if a.dim() == 3 else 1
+    Bb = b.shape[0] if b.dim() == 3 else 1
+    if Ba != Bb and 1 not in (Ba, Bb):
+        raise ValueError(f"batch sizes differ: a has {Ba}, b has {Bb} (one may be 1 or absent "
+                         "to broadcast)")
+    B = max(Ba, Bb)
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    need = set()
+    if alpha != 1.0 or beta != 0.0:
+        need.add("alpha_beta")
+    if bias is not None:
+        need.add("bias")
+    if activation is not None:
+        need.add("activation")
+    if batched:
+        need.add("batched")
+    missing = need - set(entry.features)
+    if missing:
+        raise ValueError(f"{entry.name} does not support {', '.join(sorted(missing))}; "
+                         f"it supports {', '.join(sorted(entry.features)) or 'none of them'}")
+    if beta != 0.0:
+        if c is None:
+            raise ValueError("beta is not 0, so c is read: pass c")
+    if c is not None:
+        _check_tensor("c", c, entry, ndims=(2, 3))
+        if c.dtype != a.dtype:
+            raise TypeError(f"c has dtype {_dt(c.dtype)}, a has {_dt(a.dtype)}")
+        if tuple(c.shape[-2:]) != (M, N) or (c.dim() == 3 and c.shape[0] not in (1, B)):
+            want = f"({M}, {N})" + (f" or ({B}, {M}, {N})" if batched else "")
+            raise ValueError(f"c must have shape {want}; got {tuple(c.shape)}")
+    if bias is not None:
+        if not isinstance(bias, torch.Tensor):
+            raise TypeError(f"bias must be a torch.Tensor, got {type(bias).__name__}")
+        if bias.dim() != 1 or bias.shape[0] != N:
+            raise ValueError(f"bias must have shape ({N},) (one value per column); "
+                             f"got {tuple(bias.shape)}")
+        if bias.dtype != a.dtype or bias.device != a.device:
+            raise TypeError(f"bias must be a {_dt(a.dtype)} tensor on {a.device}; got "
+                            f"{_dt(bias.dtype)} on {bias.device}")
+    _check_capability(entry)
+    a3 = (a if a.dim() == 3 else a.unsqueeze(0)).expand(B, M, K)
+    b3 = (b if b.dim() == 3 else b.unsqueeze(0)).expand(B, K, N)
+    c3 = None if c is None else (c if c.dim() == 3 else c.unsqueeze(0)).expand(B, M, N)
+    out = torch.empty(B, M, N, dtype=a.dtype, device=a.device)
+    entry.gemm(a3, b3, c3, out, float(alpha), float(beta), bias, activation)
+    return out if batched else out[0]
+
+
+def _runner(entry):
+    _check_capability(entry)
+    return lambda a, b, out: matmul(a, b, entry.name, out=out)
+
+
+def check(kernel, *, cases=None, dtypes=None, seed=0, raise_on_fail=True, progress=None):
+    """Check ``kernel`` on the shape suite (see :mod:`gemm_lessons.harness`)."""
+    entry = _registry.get(kernel)
+    return _harness.check(_runner(entry), entry.name, dtypes or entry.dtypes, cases,
+                          seed=seed, raise_on_fail=raise_on_fail, progress=progress)
+
+
+def bench(kernel, M=4096, N=None, K=None, dtype=None, *, baseline=True):
+    """Time ``kernel`` against cuBLAS of the same precision, in one run."""
+    entry = _registry.get(kernel)
+    return _harness.bench(_runner(entry), entry.name, M, N, K, dtype or entry.dtypes[0],
+                          baseline=baseline)
+
+
+def _source_of(obj):
+    for attr in ("py_func", "fn"):         # numba dispatcher, Triton JITFunction / autotuner
+        while hasattr(obj, attr) and callable(getattr(obj, attr)):
+            obj = getattr(obj, attr)
+    return inspect.getsource(obj)
+
+
+def show_source(obj):
+    """Print the source of a kernel (a registered name, or any function or kernel)."""
+    if isinstance(obj, str):
+        entry = _registry.get(obj)
+        obj = entry.source if entry.source is not None else entry.launch
+    print(_source_of(obj).rstrip())

@@ -1,0 +1,249 @@
+"""Simulator instruments: what each warp-level memory access costs, counted on a laptop.
+
+In numba's CUDA simulator every CUDA thread is a Python thread, so every ``A[i, k]`` a
+kernel executes can be recorded with its thread, its byte address and its size. Grouping
+the k-th access of each of the 32 lanes of a warp gives the *warp-level request* that the
+hardware would issue, and from its addresses:
+
+* **global memory**: the number of distinct 32-byte *sectors* it touches (4 for 32 lanes
+  reading consecutive float32, 32 when the lanes are a row apart);
+* **shared memory**: its *bank-conflict degree* ("ways"): shared memory has 32 banks of
+  4-byte words (word ``w`` lives in bank ``w % 32``); each bank serves one distinct word per
+  cycle, so a request needs as many cycles as its busiest bank has distinct words. Lanes
+  reading the same word are served by one broadcast, not a conflict.
+
+Use :func:`trace` around a launch on the simulator::
+
+    with counters.trace() as t:
+        gl.matmul(a, b, kernel="k01_naive")
+    t.global_summary()     # {array: {'load': sectors/request, 'store': ...}}
+    t.shared_summary()     # {array: {'load': ways, ...}}
+
+The recording is approximate where lanes diverge (a lane that skips an access shifts its
+later accesses by one), exact for the straight-line code of the lessons.
+"""
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+import traceback
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from . import engines
+
+__all__ = ["trace", "Trace", "Access", "sectors_per_request", "bank_ways", "banks_of_request",
+           "SECTOR_BYTES", "N_BANKS", "BANK_BYTES"]
+
+SECTOR_BYTES = 32
+N_BANKS = 32
+BANK_BYTES = 4
+
+
+@dataclass(frozen=True)
+class Access:
+    space: str        # "global" or "shared"
+    array: str        # a name: the kernel argument's position ("arg0"...) or "shared@line"
+    op: str           # "load" or "store"
+    block: tuple
+    warp: int
+    lane: int
+    seq: int          # this lane's n-th access to this array with this op
+    addr: int         # byte address (relative to the array's buffer start)
+    nbytes: int
+
+
+def _flat_offsets(arr: np.ndarray, idx):
+    """Byte offsets (from the buffer start) of the elements ``arr[idx]`` touches."""
+    if not isinstance(idx, tuple):
+        idx = (idx,)
+    if all(isinstance(i, (int, np.integer)) for i in idx) and len(idx) == arr.ndim:
+        off = sum(int(i) * s for i, s in zip(idx, arr.strides))
+        return [off]
+    # slices (rare in kernels): every element of the view
+    view = arr[idx]
+    base = view.__array_interface__["data"][0] - arr.__array_interface__["data"][0]
+    it = np.nditer(np.zeros(view.shape, np.int8), flags=["multi_index"]) if view.ndim else [None]
+    offs = []
+    for _ in it:
+        mi = it.multi_index if view.ndim else ()
+        offs.append(base + sum(i * s for i, s in zip(mi, view.strides)))
+    return offs
+
+
+class Trace:
+    """The accesses recorded during a :func:`trace` block."""
+
+    def __init__(self):
+        self.accesses: list[Access] = []
+        self._lock = threading.Lock()
+        self._seq = defaultdict(int)
+        self._names = {}
+
+    # -- recording -------------------------------------------------------------------
+    def _record(self, space, name, op, base_addr, arr, idx):
+        th = threading.current_thread()
+        tid = getattr(th, "thread_id", None)
+        if tid is None:        # not inside a simulated kernel (host code): ignore
+            return
+        block = tuple(th.blockIdx)
+        for off in _flat_offsets(arr, idx):
+            key = (space, name, op, block, tid)
+            with self._lock:
+                seq = self._seq[key]
+                self._seq[key] = seq + 1
+                self.accesses.append(Access(space, name, op, block, tid // 32, tid % 32, seq,
+                                            base_addr + off, arr.itemsize))
+
+    # -- analysis --------------------------------------------------------------------
+    def requests(self, space=None, array=None, op=None):
+        """{(space, array, op, block, warp, seq): [Access of each lane]}"""
+        groups = defaultdict(list)
+        for a in self.accesses:
+            if (space is None or a.space == space) and (array is None or a.array == array) \
+                    and (op is None or a.op == op):
+                groups[(a.space, a.array, a.op, a.block, a.warp, a.seq)].append(a)
+        return groups
+
+    def arrays(self, space):
+        return sorted({a.array for a in self.accesses if a.space == space})
+
+    def _summary(self, space, metric):
+        out = {}
+        for name in self.arrays(space):
+            row = {}
+            for op in ("load", "store"):
+                reqs = self.requests(space, name, op)
+                if reqs:
+                    row[op] = float(np.mean([metric(r) for r in reqs.values()]))
+            out[name] = row
+        return out
+
+    def global_summary(self):
+        """{array: {"load": mean sectors per warp request, "store": ...}}"""
+        return self._summary("global", sectors_per_request)
+
+    def shared_summary(self):
+        """{array: {"load": mean bank-conflict ways per warp request, "store": ...}}"""
+        return self._summary("shared", bank_ways)
+
+    def max_shared_ways(self, op=None):
+        reqs = self.requests("shared", op=op)
+        return max((bank_ways(r) for r in reqs.values()), default=0)
+
+
+def sectors_per_request(accesses):
+    """Distinct 32-byte sectors touched by one warp-level request."""
+    secs = set()
+    for a in accesses:
+        for byte in (a.addr, a.addr + a.nbytes - 1):
+            secs.add(byte // SECTOR_BYTES)
+    return len(secs)
+
+
+def banks_of_request(accesses):
+    """{bank: set of distinct 4-byte words} for one warp-level shared-memory request."""
+    banks = defaultdict(set)
+    for a in accesses:
+        for word in range(a.addr // BANK_BYTES, (a.addr + a.nbytes - 1) // BANK_BYTES + 1):
+            banks[word % N_BANKS].add(word)
+    return banks
+
+
+def bank_ways(accesses):
+    """Bank-conflict degree of one warp request: distinct words in its busiest bank."""
+    banks = banks_of_request(accesses)
+    return max((len(w) for w in banks.values()), default=0)
+
+
+class _Recorded:
+    """A shared-memory array that records its accesses (numpy semantics otherwise)."""
+
+    def __init__(self, arr, name, tr):
+        self._arr, self._name, self._tr = arr, name, tr
+
+    def __getitem__(self, idx):
+        self._tr._record("shared", self._name, "load", 0, self._arr, idx)
+        return self._arr[idx]
+
+    def __setitem__(self, idx, val):
+        self._tr._record("shared", self._name, "store", 0, self._arr, idx)
+        self._arr[idx] = val
+
+    def __getattr__(self, name):
+        return getattr(self._arr, name)
+
+    def __len__(self):
+        return len(self._arr)
+
+    def __array__(self, *args, **kwargs):
+        return np.asarray(self._arr, *args, **kwargs)
+
+
+def unwrap(arr):
+    """The plain array behind a recorded one (simulator emulations of PTX use this)."""
+    return getattr(arr, "_arr", arr)
+
+
+@contextlib.contextmanager
+def trace(**names):
+    """Record every global- and shared-memory access of the kernels launched inside.
+
+    Name the global arrays by passing the torch tensors: ``trace(A=a, B=b, C=c)``
+    (others are called ``array0``, ``array1``...). Simulator only (on a GPU use ``ncu``:
+    the lessons show the matching metrics)."""
+    if engines.on_gpu():
+        raise RuntimeError("counters.trace() instruments numba's simulator; on a GPU, "
+                           "measure with ncu (see the lesson's GPU cell)")
+    from numba.cuda.simulator import kernelapi
+    from numba.cuda.simulator.cudadrv import devicearray as da
+
+    tr = Trace()
+    W = da.FakeWithinKernelCUDAArray
+    old_get, old_set = W.__getitem__, W.__setitem__
+    old_shared = kernelapi.FakeCUDAShared.array
+    by_ptr = {t.data_ptr(): n for n, t in names.items()}
+    arg_names = {}
+
+    def gname(self):
+        ary = self._item._ary
+        ptr = ary.__array_interface__["data"][0]
+        if ptr not in arg_names:
+            arg_names[ptr] = by_ptr.get(ptr, f"array{len(arg_names)}")
+        return arg_names[ptr], ary, ptr
+
+    def get(self, idx):
+        name, ary, ptr = gname(self)
+        tr._record("global", name, "load", ptr, ary, idx)
+        return old_get(self, idx)
+
+    def set_(self, idx, val):
+        name, ary, ptr = gname(self)
+        tr._record("global", name, "store", ptr, ary, idx)
+        return old_set(self, idx, val)
+
+    def shared_array(self, shape, dtype, alignment=None):
+        # the simulator keys shared arrays by the source line that declares them; keep that
+        frame = sys._getframe(1)
+        caller = (frame.f_code.co_filename, frame.f_lineno)
+        res = self._allocations.get(caller)
+        if res is None:
+            from numba.np import numpy_support
+            from numba.core import types
+            if isinstance(dtype, types.Type):
+                dtype = numpy_support.as_dtype(dtype)
+            name = f"shared@{frame.f_code.co_name}:{frame.f_lineno}"
+            res = _Recorded(np.empty(shape, dtype), name, tr)
+            self._allocations[caller] = res
+        return res
+
+    W.__getitem__, W.__setitem__ = get, set_
+    kernelapi.FakeCUDAShared.array = shared_array
+    try:
+        yield tr
+    finally:
+        W.__getitem__, W.__setitem__ = old_get, old_set
+        kernelapi.FakeCUDAShared.array = old_shared

@@ -1,0 +1,314 @@
+"""One harness for every kernel: seeded inputs, a float64 reference, NaN-poisoned outputs,
+the shape suite, failure messages a learner can act on, and the benchmark against cuBLAS.
+
+Checks always run before timings (:func:`bench` refuses an unchecked kernel only in the
+sense that the CLI and notebooks call :func:`check` first; the functions stay separate so
+that each can be read on its own).
+"""
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+
+import torch
+
+from . import engines as _backend
+
+__all__ = ["TOLERANCE", "Case", "shape_suite", "make_operands", "reference", "compare",
+           "CheckError", "CheckReport", "check", "BenchResult", "bench", "time_cuda",
+           "cublas_matmul", "tflops"]
+
+# Relative error ||C - ref|| / ||ref|| allowed per input dtype, and the per-element bound
+# |C - ref| <= tol * (|A| @ |B|) (the natural scale of a dot product's rounding error).
+# fp32 SIMT kernels land near 1e-7 to 1e-6; fp16 and bf16 kernels accumulate in fp32 and
+# round the output to the input dtype: 2**-11 (fp16) and 2**-8 (bf16) per element at most.
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
+
+
+@dataclass(frozen=True)
+class Case:
+    """One shape of the suite. ``a``/``b`` say how the operand is laid out in memory:
+    ``row`` (contiguous), ``transposed`` (a transposed view: column-major) or ``sliced``
+    (a column slice of a wider tensor: row stride larger than the width, offset storage)."""
+    name: str
+    M: int
+    N: int
+    K: int
+    a: str = "row"
+    b: str = "row"
+    hint: str = ""
+
+    def __str__(self):
+        lay = "" if self.a == self.b == "row" else f", A {self.a}, B {self.b}"
+        return f"{self.name} (M={self.M}, N={self.N}, K={self.K}{lay})"
+
+
+def shape_suite(gpu: bool | None = None) -> list[Case]:
+    """The shapes every kernel must get right. Small on the simulator, larger on a GPU,
+    always with dimensions that are multiples of no tile size (and 1s)."""
+    if gpu is None:
+        gpu = _backend.on_gpu()
+    s = 1 if not gpu else 16  # GPU shapes are about 16x larger
+    K_hint = "a K loop that reads past K: loads beyond K must read 0 (a missing K mask)"
+    edge = "a boundary tile: stores outside M x N must be masked, partial tiles still written"
+    stride = ("the kernel assumes a contiguous operand: index with the tensor's strides "
+              "(or let the launcher copy), and do not assume 16-byte alignment")
+    return [
+        Case("square", 32 * s, 32 * s, 32 * s, hint="the basic indexing of A, B or C"),
+        Case("rectangular", 48 * s, 16 * s, 40 * s,
+             hint="M, N and K swapped somewhere (a square shape hides it)"),
+        Case("ragged", 37 * s + 3, 45 * s + 1, 29 * s + 5, hint=edge + "; or " + K_hint),
+        Case("M=1", 1, 40 * s + 3, 24 * s + 1, hint=edge),
+        Case("N=1", 40 * s + 3, 1, 24 * s + 1, hint=edge),
+        Case("K=1", 24 * s + 1, 40 * s + 3, 1, hint=K_hint),
+        Case("A transposed", 33 * s, 24 * s, 20 * s + 3, a="transposed", hint=stride),
+        Case("B transposed", 24 * s + 1, 33 * s, 20 * s, b="transposed", hint=stride),
+        Case("sliced", 30 * s + 2, 26 * s + 1, 22 * s + 3, a="sliced", b="sliced", hint=stride),
+    ]
+
+
+def _operand(rows, cols, layout, dtype, gen, device):
+    # Random normal values, never zeros, drawn in float32 on the CPU so that every engine
+    # and device sees the same numbers for a seed, then rounded to the dtype under test.
+    if layout == "row":
+        return torch.randn(rows, cols, generator=gen).to(dtype).to(device)
+    if layout == "transposed":   # column-major: a transposed view of a (cols, rows) tensor
+        return torch.randn(cols, rows, generator=gen).to(dtype).to(device).t()
+    if layout == "sliced":       # row stride cols + 3, storage offset cols + 4: unaligned
+        big = torch.randn(rows + 2, cols + 3, generator=gen).to(dtype).to(device)
+        return big[1:1 + rows, 1:1 + cols]
+    raise ValueError(f"unknown layout {layout!r}: use 'row', 'transposed' or 'sliced'")
+
+
+def make_operands(M, N, K, dtype=torch.float32, *, seed=0, a="row", b="row", device=None):
+    """Seeded random A (M x K) and B (K x N) in ``dtype`` on ``device`` (default: the
+    engine's), laid out as asked ("row", "transposed" or "sliced")."""
+    device = _backend.device() if device is None else device
+    gen = torch.Generator().manual_seed(seed)
+    return (_operand(M, K, a, dtype, gen, device), _operand(K, N, b, dtype, gen, device))
+
+
+def reference(a, b):
+    """A @ B in float64, from the same (already rounded) inputs, on their device."""
+    return a.double() @ b.double()
+
+
+def compare(c, ref, a, b, dtype):
+    """(ok, relative error, mask of wrong elements) of ``c`` against ``ref``."""
+    tol = TOLERANCE[dtype]
+    c64 = c.double()
+    diff = (c64 - ref).abs()
+    scale = a.double().abs() @ b.double().abs()
+    bad = ~(diff <= tol * scale + 1e-30)  # NaN compares False: unwritten elements are bad
+    ref_norm = ref.norm().item()
+    rel = (c64 - ref).norm().item() / (ref_norm if ref_norm > 0 else 1.0)
+    ok = not bool(bad.any()) and math.isfinite(rel) and rel <= tol
+    return ok, rel, bad
+
+
+class CheckError(AssertionError):
+    """A kernel computed a wrong product; the message shows where and a likely cause."""
+
+
+def _diagnose(c, bad, case: Case, name, dtype, rel):
+    M, N = c.shape
+    nbad = int(bad.sum())
+    lines = [f"{name} is wrong on {case}, {str(dtype).replace('torch.', '')}: "
+             f"{nbad} of {M * N} elements wrong, relative error {rel:.1e} "
+             f"(tolerance {TOLERANCE[dtype]:.0e})"]
+    idx = bad.nonzero()[:10].tolist()
+    return lines, idx
+
+
+def _cause(c, bad, case):
+    nan = torch.isnan(c)
+    M, N = c.shape
+    if bool(nan.all()):
+        return ("nothing was written to C (all still NaN): is the kernel launched with a "
+                "grid that covers C, and does it store its result?")
+    if bool(nan.any()):
+        rows = nan.any(dim=1).nonzero().flatten()
+        cols = nan.any(dim=0).nonzero().flatten()
+        where = []
+        if len(rows) < M:
+            where.append(f"rows {rows[0].item()}..{rows[-1].item()}")
+        if len(cols) < N:
+            where.append(f"columns {cols[0].item()}..{cols[-1].item()}")
+        span = " and ".join(where) if where else "scattered elements"
+        return (f"{int(nan.sum())} elements were never written (still NaN; {span}): the grid "
+                "is too small (round the block count up: ceil(M / BM)) or a store mask is "
+                "too strict")
+    if not bool(torch.isfinite(c).all()):
+        return "inf in C: a load read memory outside the operand (a missing mask)"
+    return case.hint or "compare your indexing with the reference, element by element"
+
+
+def _failure_message(name, case, dtype, c, ref, bad, rel):
+    lines, idx = _diagnose(c, bad, case, name, dtype, rel)
+    for i, j in idx:
+        lines.append(f"  C[{i}, {j}] = {c[i, j].item():.6g}, expected {ref[i, j].item():.6g}")
+    if int(bad.sum()) > len(idx):
+        lines.append(f"  ... and {int(bad.sum()) - len(idx)} more")
+    lines.append("Likely cause: " + _cause(c, bad, case))
+    return "\n".join(lines)
+
+
+@dataclass
+class CheckReport:
+    """What :func:`check` found: one row per (case, dtype)."""
+    kernel: str
+    rows: list = field(default_factory=list)   # (case, dtype, ok, rel_err)
+
+    @property
+    def ok(self):
+        return all(r[2] for r in self.rows)
+
+    @property
+    def n_shapes(self):
+        return len({r[0].name for r in self.rows})
+
+    def __str__(self):
+        dts = sorted({str(r[1]).replace("torch.", "") for r in self.rows})
+        if self.ok:
+            return f"{self.kernel}: correct on {self.n_shapes} shapes ({', '.join(dts)})"
+        bad = [f"{r[0].name} {str(r[1]).replace('torch.', '')}" for r in self.rows if not r[2]]
+        return f"{self.kernel}: WRONG on {len(bad)} cases: {', '.join(bad)}"
+
+
+def check(run, name, dtypes=(torch.float32,), cases=None, *, seed=0, raise_on_fail=True,
+          progress=None):
+    """Run ``run(a, b, out)`` on every case of the shape suite and every dtype.
+
+    ``out`` arrives filled with NaN, so an element the kernel never writes fails. Each
+    product is compared with the float64 reference of the same inputs. Raises
+    :class:`CheckError` (message: the case, the first wrong elements, a likely cause) on the
+    first failure unless ``raise_on_fail`` is False.
+    """
+    cases = shape_suite() if cases is None else cases
+    report = CheckReport(name)
+    for case in cases:
+        for dtype in dtypes:
+            a, b = make_operands(case.M, case.N, case.K, dtype, seed=seed, a=case.a, b=case.b)
+            out = torch.full((case.M, case.N), float("nan"), dtype=dtype, device=a.device)
+            run(a, b, out)
+            if a.is_cuda:
+                torch.cuda.synchronize()
+            ref = reference(a, b)
+            ok, rel, bad = compare(out, ref, a, b, dtype)
+            report.rows.append((case, dtype, ok, rel))
+            if progress is not None:
+                progress()
+            if not ok and raise_on_fail:
+                raise CheckError(_failure_message(name, case, dtype, out.cpu(), ref.cpu(),
+                                                  bad.cpu(), rel))
+    return report
+
+
+# ---------------------------------------------------------------------------- benchmark
+def tflops(M, N, K, ms):
+    return 2.0 * M * N * K / (ms * 1e-3) / 1e12
+
+
+def time_cuda(fn, *, min_batch_ms=20.0, batches=15, warmup=2):
+    """Median milliseconds per call of ``fn()``, timed with CUDA events.
+
+    Calls are timed in batches that each last about ``min_batch_ms`` (so the host's launch
+    cost overlaps the GPU's work, as in a real program), after ``warmup`` calls that keep
+    compilation and autotuning out of the numbers.
+    """
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    one = max(start.elapsed_time(end), 1e-3)
+    inner = max(1, min(1000, int(min_batch_ms / one)))
+    per_call = []
+    for _ in range(batches):
+        start.record()
+        for _ in range(inner):
+            fn()
+        end.record()
+        end.synchronize()
+        per_call.append(start.elapsed_time(end) / inner)
+    return statistics.median(per_call)
+
+
+class _fp32_ieee:
+    """cuBLAS in true fp32 (TF32 off) inside the block, whatever the global setting."""
+
+    def __enter__(self):
+        m = torch.backends.cuda.matmul
+        self.saved = m.allow_tf32
+        m.allow_tf32 = False
+
+    def __exit__(self, *exc):
+        torch.backends.cuda.matmul.allow_tf32 = self.saved
+
+
+def cublas_matmul(a, b, out):
+    """The baseline: torch.matmul (cuBLAS) of the same precision, TF32 off for fp32."""
+    with _fp32_ieee():
+        return torch.matmul(a, b, out=out)
+
+
+@dataclass
+class BenchResult:
+    kernel: str
+    dtype: torch.dtype
+    M: int
+    N: int
+    K: int
+    ms: float | None = None
+    baseline_ms: float | None = None
+    baseline: str = "cuBLAS"
+    note: str = ""
+
+    @property
+    def tflops(self):
+        return None if self.ms is None else tflops(self.M, self.N, self.K, self.ms)
+
+    @property
+    def baseline_tflops(self):
+        return None if self.baseline_ms is None else tflops(self.M, self.N, self.K, self.baseline_ms)
+
+    @property
+    def ratio(self):
+        """Speed relative to the baseline (>1: faster than cuBLAS)."""
+        if self.ms is None or self.baseline_ms is None:
+            return None
+        return self.baseline_ms / self.ms
+
+    def __str__(self):
+        dt = str(self.dtype).replace("torch.", "")
+        if self.ms is None:
+            return f"{self.kernel} {dt} {self.M}x{self.N}x{self.K}: not timed ({self.note})"
+        return (f"{self.kernel} {dt} {self.M}x{self.N}x{self.K}: {self.ms:.3f} ms, "
+                f"{self.tflops:.1f} TFLOP/s; {self.baseline} {self.baseline_tflops:.1f} "
+                f"TFLOP/s; ratio {self.ratio:.2f}x")
+
+
+SIMULATOR_NOTE = ("timings need a GPU: the simulator runs each CUDA thread as a Python "
+                  "thread, so its times say nothing about the kernel")
+
+
+def bench(run, name, M, N=None, K=None, dtype=torch.float32, *, seed=0, baseline=True):
+    """Time ``run(a, b, out)`` on an M x N x K product and, in the same call, cuBLAS of the
+    same precision. Returns a :class:`BenchResult`; on the simulator nothing is timed."""
+    N = M if N is None else N
+    K = M if K is None else K
+    res = BenchResult(name, dtype, M, N, K)
+    if not _backend.on_gpu():
+        res.note = SIMULATOR_NOTE
+        return res
+    a, b = make_operands(M, N, K, dtype, seed=seed)
+    out = torch.empty(M, N, dtype=dtype, device=a.device)
+    res.ms = time_cuda(lambda: run(a, b, out))
+    if baseline:
+        ref_out = torch.empty_like(out)
+        res.baseline_ms = time_cuda(lambda: cublas_matmul(a, b, ref_out))
+    return res

@@ -1,0 +1,55 @@
+"""The finished kernels, one module per lesson (``kNN_topic.py``).
+
+Each module ends with ``KERNELS = [Kernel(...), ...]``: the metadata the registry, the
+tests, the CLI and the plots read. A module adds kernels to the project by listing them
+there; nothing else needs editing.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+import torch
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """One registered kernel.
+
+    ``launch(a, b, c)`` computes ``c = a @ b``; the API validated the arguments already:
+    2-D torch tensors on the engine's device, ``a.shape == (M, K)``, ``b.shape == (K, N)``,
+    M, N, K >= 1, one dtype from ``dtypes``, any strides; ``c`` is a contiguous (M, N)
+    tensor of the same dtype. Launchers do not re-validate.
+
+    ``gemm(a, b, c, out, alpha, beta, bias, activation)``, where the kernel offers BLAS
+    semantics (``out = activation(alpha * a @ b + beta * c + bias)``), with ``features``
+    naming what it supports out of {"alpha_beta", "bias", "activation", "batched"}.
+
+    ``ptx(cc)`` returns ``(python_function, signature)`` for ``numba.cuda.compile_ptx``:
+    the configuration a GPU would run (numba kernels only).
+    """
+    name: str
+    lesson: int
+    language: str                       # "numba" or "triton"
+    dtypes: tuple                       # torch dtypes it takes
+    summary: str                        # one line
+    launch: Callable
+    min_cc: tuple = (5, 0)
+    gemm: Optional[Callable] = None
+    features: frozenset = field(default_factory=frozenset)
+    ptx: Optional[Callable] = None
+    source: object = None               # what gl.show_source prints (default: launch)
+    in_ladder: bool = True
+
+    @property
+    def dtype_names(self):
+        return tuple(str(d).replace("torch.", "") for d in self.dtypes)
+
+    def __repr__(self):
+        cc = ".".join(map(str, self.min_cc))
+        return (f"Kernel({self.name!r}, lesson {self.lesson:02d}, {self.language}, "
+                f"{'/'.join(self.dtype_names)}, sm_{cc.replace('.', '')}+: {self.summary})")
+
+
+FP32 = (torch.float32,)
+FP16_BF16 = (torch.float16, torch.bfloat16)
