@@ -34,7 +34,7 @@ class EngineError(RuntimeError):
 @dataclass(frozen=True)
 class Engine:
     """What runs the kernels in this process."""
-    kind: str                      # 'cuda' or 'simulator'
+    kind: str                      # 'cuda', 'simulator' (or 'compile': PTX only, no launches)
     device_name: str | None = None # e.g. 'NVIDIA H200'
     capability: tuple | None = None  # e.g. (9, 0)
     reason: str = ""               # why the simulator, when it is
@@ -62,8 +62,12 @@ def _gpu_info():
 
 def _decide(min_cc=None) -> Engine:
     forced = os.environ.get("GEMM_LESSONS_ENGINE", "").strip().lower()
-    if forced not in ("", "auto", "cuda", "simulator"):
+    if forced not in ("", "auto", "cuda", "simulator", "compile"):
         raise EngineError(f"GEMM_LESSONS_ENGINE={forced!r}: use 'cuda', 'simulator' or 'auto'")
+    if forced == "compile":
+        # numba's real CUDA target with no GPU: kernels compile to PTX but cannot launch
+        # (used by gemm_lessons.compiled in a subprocess)
+        return Engine("compile", reason="compiling only")
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0") and forced != "cuda":
         return Engine("simulator", reason="NUMBA_ENABLE_CUDASIM=1 was set")
     if forced == "simulator":

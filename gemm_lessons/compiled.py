@@ -1,0 +1,107 @@
+"""What a numba kernel compiles to: its PTX, and ptxas's resource report (registers, spills,
+shared memory), with or without a GPU.
+
+The simulator has no compiler, so on a machine without a GPU the compilation runs in a
+child process with the simulator off (``GEMM_LESSONS_ENGINE=compile``); NVVM comes from
+numba-cuda's ``cu12`` extra. Each kernel's ``ptx(cc)`` hook (see :class:`Kernel`) says
+which Python function and signature to compile: the configuration a GPU would run.
+
+    python -m gemm_lessons ptx k01_coalesced --cc 80
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from . import engines, registry
+
+__all__ = ["ptx", "ptxas_report", "find_ptxas"]
+
+
+def _cc_tuple(cc):
+    if isinstance(cc, str):
+        cc = cc.replace(".", "").replace("sm_", "")
+        return int(cc[:-1]), int(cc[-1])
+    if isinstance(cc, int):
+        return cc // 10, cc % 10
+    return tuple(cc)
+
+
+def _compile_here(name, cc):
+    from numba import cuda
+    entry = registry.get(name)
+    if entry.ptx is None:
+        raise ValueError(f"{name} is a {entry.language} kernel: it has no numba PTX "
+                         "(Triton kernels show theirs through kernel.asm on a GPU)")
+    fn, sig = entry.ptx(cc)
+    text, _ = cuda.compile_ptx(fn, sig, cc=cc)
+    return text
+
+
+def ptx(name, cc=(8, 0)) -> str:
+    """The PTX of the registered numba kernel ``name`` for compute capability ``cc``."""
+    cc = _cc_tuple(cc)
+    registry.get(name)  # unknown names fail here, with the list of known ones
+    if engines.engine().kind in ("cuda", "compile"):
+        return _compile_here(name, cc)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NUMBA_ENABLE_CUDASIM", "TRITON_INTERPRET")}
+    env["GEMM_LESSONS_ENGINE"] = "compile"
+    proc = subprocess.run([sys.executable, "-m", "gemm_lessons.compiled", name,
+                           f"{cc[0]}{cc[1]}"], env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"compiling {name} to PTX failed:\n{proc.stderr.strip()[-3000:]}")
+    return proc.stdout
+
+
+def find_ptxas():
+    """ptxas from the PATH, else the one numba-cuda's cu12 extra installs, else None."""
+    exe = shutil.which("ptxas")
+    if exe:
+        return exe
+    try:
+        import nvidia.cuda_nvcc as nv
+        for base in nv.__path__:
+            cand = Path(base) / "bin" / "ptxas"
+            if cand.exists():
+                return str(cand)
+    except ImportError:
+        pass
+    return None
+
+
+def ptxas_report(ptx_text, cc=(8, 0)):
+    """{'registers', 'spill_stores', 'spill_loads', 'smem_bytes', 'stack_bytes'} from
+    ``ptxas -v`` on ``ptx_text``; None where ptxas is not installed."""
+    exe = find_ptxas()
+    if exe is None:
+        return None
+    cc = _cc_tuple(cc)
+    import tempfile
+    with tempfile.TemporaryDirectory() as d:
+        src = Path(d) / "k.ptx"
+        src.write_text(ptx_text)
+        proc = subprocess.run([exe, "-v", f"-arch=sm_{cc[0]}{cc[1]}", str(src), "-o",
+                               str(Path(d) / "k.cubin")], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"ptxas failed: {proc.stderr.strip()[-2000:]}")
+    log = proc.stderr + proc.stdout
+
+    def num(pattern):
+        m = re.search(pattern, log)
+        return int(m.group(1)) if m else 0
+    return {"registers": num(r"Used (\d+) registers"),
+            "spill_stores": num(r"(\d+) bytes spill stores"),
+            "spill_loads": num(r"(\d+) bytes spill loads"),
+            "stack_bytes": num(r"(\d+) bytes stack frame"),
+            "smem_bytes": num(r"(\d+) bytes smem")}
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit("usage: python -m gemm_lessons.compiled NAME CC (e.g. 80)")
+    sys.stdout.write(_compile_here(sys.argv[1], _cc_tuple(sys.argv[2])))
