@@ -1,0 +1,97 @@
+"""Plots the lessons share: the ladder (every kernel against cuBLAS) and the roofline."""
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+
+__all__ = ["ladder_plot", "roofline_plot", "PEAKS", "gemm_intensity", "tile_intensity"]
+
+# Datasheet peaks (dense, no sparsity): FP32 SIMT TFLOP/s, FP16 tensor-core TFLOP/s with
+# FP32 accumulation, memory bandwidth in GB/s. Leads, not measurements.
+PEAKS = {
+    "T4":        {"fp32": 8.1,  "fp16": 65.0,  "bandwidth": 320.0},
+    "A100 SXM":  {"fp32": 19.5, "fp16": 312.0, "bandwidth": 2039.0},
+    "H100 SXM":  {"fp32": 67.0, "fp16": 989.0, "bandwidth": 3350.0},
+    "H200 SXM":  {"fp32": 67.0, "fp16": 989.0, "bandwidth": 4800.0},
+}
+
+
+def gemm_intensity(M, N, K, bytes_per_elem):
+    """FLOP per byte of an M x N x K GEMM that reads A and B once and writes C once."""
+    return 2.0 * M * N * K / (bytes_per_elem * (M * K + K * N + M * N))
+
+
+def tile_intensity(BM, BN, bytes_per_elem):
+    """FLOP per byte of global traffic for a BM x BN block tile: per step of K, the block
+    loads BM + BN elements and does 2 * BM * BN flops (C's traffic is negligible)."""
+    return 2.0 * BM * BN / (bytes_per_elem * (BM + BN))
+
+
+def roofline_plot(peak_tflops, bandwidth_gbs, points=(), title="", ax=None):
+    """A roofline: min(peak, intensity x bandwidth), with labelled (name, intensity) points,
+    or (name, intensity, measured TFLOP/s) points."""
+    import numpy as np
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.2))
+    x = np.logspace(-1, 4, 200)
+    roof = np.minimum(peak_tflops, x * bandwidth_gbs / 1000.0)
+    ax.loglog(x, roof, color="black", lw=2, label="roofline")
+    ridge = peak_tflops * 1000.0 / bandwidth_gbs
+    ax.axvline(ridge, color="grey", ls=":", lw=1)
+    ax.text(ridge * 1.1, peak_tflops * 0.02, f"ridge {ridge:.0f} FLOP/B", color="grey", fontsize=8)
+    for p in points:
+        name, ai = p[0], p[1]
+        y = p[2] if len(p) > 2 and p[2] is not None else min(peak_tflops, ai * bandwidth_gbs / 1000.0)
+        ax.plot([ai], [y], "o")
+        ax.annotate(name, (ai, y), textcoords="offset points", xytext=(5, -12), fontsize=8)
+    ax.set_xlabel("arithmetic intensity (FLOP / byte of DRAM traffic)")
+    ax.set_ylabel("TFLOP/s")
+    ax.set_title(title)
+    ax.grid(True, which="both", alpha=0.3)
+    return ax
+
+
+def ladder_plot(results, path=None, title="gemm_lessons ladder"):
+    """Bar chart of TFLOP/s per kernel (one group per size), with cuBLAS as a line per
+    dtype and size. ``results``: harness.BenchResult list (timed ones only)."""
+    import numpy as np
+    timed = [r for r in results if r.ms is not None]
+    if not timed:
+        return None
+    sizes = sorted({r.M for r in timed})
+    names = []
+    for r in timed:
+        if r.kernel not in names:
+            names.append(r.kernel)
+    fig, ax = plt.subplots(figsize=(max(7, 0.7 * len(names) + 3), 4.5))
+    width = 0.8 / len(sizes)
+    for si, size in enumerate(sizes):
+        xs, ys = [], []
+        for ni, name in enumerate(names):
+            for r in timed:
+                if r.kernel == name and r.M == size:
+                    xs.append(ni + si * width)
+                    ys.append(r.tflops)
+                    ratio = r.ratio
+                    if ratio is not None:
+                        ax.text(ni + si * width, r.tflops, f"{ratio:.2f}x", ha="center",
+                                va="bottom", fontsize=7, rotation=90)
+        ax.bar(xs, ys, width=width, label=f"{size}")
+    seen = set()
+    for r in timed:
+        key = (str(r.dtype), r.M)
+        if r.baseline_tflops and key not in seen:
+            seen.add(key)
+            ax.axhline(r.baseline_tflops, ls="--", lw=0.8, color="grey")
+            ax.text(len(names) - 0.5, r.baseline_tflops,
+                    f"cuBLAS {str(r.dtype).replace('torch.', '')} {r.M}", fontsize=7,
+                    va="bottom", ha="right", color="grey")
+    ax.set_yscale("log")
+    ax.set_xticks(np.arange(len(names)) + width * (len(sizes) - 1) / 2)
+    ax.set_xticklabels(names, rotation=35, ha="right", fontsize=8)
+    ax.set_ylabel("TFLOP/s (log scale); label: ratio to cuBLAS of the same dtype")
+    ax.set_title(title)
+    ax.legend(title="M = N = K", fontsize=8)
+    fig.tight_layout()
+    if path is not None:
+        fig.savefig(path, dpi=120)
+    return fig
