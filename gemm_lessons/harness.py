@@ -128,15 +128,15 @@ def _cause(c, bad, case):
         return ("nothing was written to C (all still NaN): is the kernel launched with a "
                 "grid that covers C, and does it store its result?")
     if bool(nan.any()):
-        rows = nan.any(dim=1).nonzero().flatten()
-        cols = nan.any(dim=0).nonzero().flatten()
+        rows = nan.all(dim=1).nonzero().flatten().tolist()   # rows never written at all
+        cols = nan.all(dim=0).nonzero().flatten().tolist()
         where = []
-        if len(rows) < M:
-            where.append(f"rows {rows[0].item()}..{rows[-1].item()}")
-        if len(cols) < N:
-            where.append(f"columns {cols[0].item()}..{cols[-1].item()}")
+        if rows:
+            where.append(f"rows {rows[0]}..{rows[-1]}" if len(rows) > 1 else f"row {rows[0]}")
+        if cols:
+            where.append(f"columns {cols[0]}..{cols[-1]}" if len(cols) > 1 else f"column {cols[0]}")
         span = " and ".join(where) if where else "scattered elements"
-        return (f"{int(nan.sum())} elements were never written (still NaN; {span}): the grid "
+        return (f"{int(nan.sum())} elements were never written (still NaN: {span}): the grid "
                 "is too small (round the block count up: ceil(M / BM)) or a store mask is "
                 "too strict")
     if not bool(torch.isfinite(c).all()):
