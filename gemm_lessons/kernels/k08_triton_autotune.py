@@ -1,0 +1,164 @@
+"""Lesson 08: let Triton choose the tile configuration: ``@triton.autotune``.
+
+The kernel is lesson 07's ``matmul_kernel``, unchanged. ``triton.autotune`` wraps it with a
+list of ``triton.Config``s (meta-parameters plus ``num_warps`` and ``num_stages``); the first
+call for each new value of the key (M, N, K, and the operands' dtypes) compiles and times
+every config that survives pruning, and later calls with that key run the fastest one.
+
+Design note: why these configs (fp16/bf16, for Hopper; an H200 has 132 SMs, 227 KB of
+shared memory and 64K registers per SM):
+
+* Tile shape. A wgmma instruction is issued by a warpgroup (4 warps) on a 64-row slab, up to
+  256 columns wide. 128 x 256 with 8 warps (two warpgroups, each 64 x 256) is the largest
+  tile whose fp32 accumulator (128 registers a thread) still fits: the most FLOPs per byte
+  loaded. 256 x 128 is the same tile transposed (it favours a different grid shape).
+  128 x 128 (4 or 8 warps), 64 x 256 and 128 x 64 give smaller grids' programs more
+  parallelism: at M = N = 1024 a 128 x 256 tile makes only 32 programs for 132 SMs.
+* BLOCK_SIZE_K = 64: 64 fp16 are 128 bytes, one swizzled shared-memory row. 128 halves the
+  loop's overhead per FLOP but doubles the shared memory per stage.
+* num_stages: the depth of the cp.async pipeline (lesson 06 wrote two by hand). Shared
+  memory per stage is (BM + BN) x BK x 2 bytes: 48 KB for 128 x 256 x 64, so 3 stages use
+  144 KB and 4 use 192 KB; the pruner drops any config over 227 KB.
+* GROUP_SIZE_M = 8 everywhere: lesson 07's grouped order. It is a parameter, so a config
+  could tune it too; at these sizes it matters less than the tile.
+
+fp32 (IEEE products on the FMA units, no tensor cores) gets its own smaller configs: its
+tiles cost twice the shared memory and registers. The pruner picks the list that matches the
+operands' dtype, so an fp16 call never compiles the fp32 configs.
+
+Engines: on a GPU, Triton times each config with CUDA events. Triton's interpreter has no
+GPU to time; there the pruner keeps one small config (:data:`INTERPRETER_CONFIG`), so the
+autotuner skips timing and the lesson still runs end to end (:func:`cpu_timer` shows the
+timing step on CPU instead). bf16 on the interpreter: see lesson 07's docstring.
+"""
+from __future__ import annotations
+
+import statistics
+import time
+
+import torch
+import triton
+
+from .. import engines
+from . import Kernel
+from .k07_triton_swizzle import DTYPES, matmul_kernel, operands, TileConfig, check_offsets
+
+__all__ = ["CONFIGS", "FP32_CONFIGS", "INTERPRETER_CONFIG", "autotune", "matmul_autotuned",
+           "prune", "cpu_timer", "smem_bytes", "matmul", "chosen_config", "tile_config"]
+
+
+def _config(BM, BN, BK, num_warps, num_stages, group_size_m=8):
+    return triton.Config({"BLOCK_SIZE_M": BM, "BLOCK_SIZE_N": BN, "BLOCK_SIZE_K": BK,
+                          "GROUP_SIZE_M": group_size_m},
+                         num_warps=num_warps, num_stages=num_stages)
+
+
+# fp16 / bf16 (tensor cores): see the design note above
+CONFIGS = [
+    _config(128, 256, 64, num_warps=8, num_stages=3),   # lesson 07's tile
+    _config(128, 256, 64, num_warps=8, num_stages=4),   # one more stage in flight
+    _config(256, 128, 64, num_warps=8, num_stages=3),   # the same tile, transposed
+    _config(128, 128, 64, num_warps=4, num_stages=4),   # one warpgroup, 4 stages
+    _config(128, 128, 64, num_warps=8, num_stages=4),   # two warpgroups of 64 x 128
+    _config(128, 128, 128, num_warps=8, num_stages=3),  # deeper K steps
+    _config(64, 256, 64, num_warps=4, num_stages=4),    # one warpgroup, one wide wgmma
+    _config(128, 64, 64, num_warps=4, num_stages=4),    # small tile: more programs
+]
+# fp32 with IEEE products (FMA units): smaller tiles, 32 deep
+FP32_CONFIGS = [
+    _config(128, 128, 32, num_warps=8, num_stages=3),
+    _config(128, 64, 32, num_warps=4, num_stages=3),
+    _config(64, 64, 32, num_warps=4, num_stages=4),
+]
+# Triton's interpreter: one small config (no GPU to time the others on)
+INTERPRETER_CONFIG = _config(32, 32, 16, num_warps=1, num_stages=1, group_size_m=2)
+
+SMEM_LIMIT = 227 * 1024   # bytes of shared memory one program may use on an H100/H200
+
+
+def smem_bytes(config, dtype):
+    """Shared memory a config's pipeline needs: num_stages copies of an A and a B tile."""
+    kw = config.kwargs
+    per_stage = (kw["BLOCK_SIZE_M"] + kw["BLOCK_SIZE_N"]) * kw["BLOCK_SIZE_K"] * dtype.itemsize
+    return config.num_stages * per_stage
+
+
+def prune(configs, named_args, **kwargs):
+    """``early_config_prune``: the configs worth timing for these arguments."""
+    if not engines.on_gpu():
+        return [INTERPRETER_CONFIG]
+    dtype = named_args["a_ptr"].dtype
+    wanted = FP32_CONFIGS if dtype == torch.float32 else CONFIGS
+    return [c for c in configs if c in wanted and smem_bytes(c, dtype) <= SMEM_LIMIT]
+
+
+def cpu_timer(fn, quantiles=None, reps=3):
+    """A ``do_bench`` for the autotuner on CPU: wall-clock milliseconds of ``fn()``.
+
+    Triton's own benchmark needs a GPU. This one times the interpreter, which says nothing
+    about a GPU; it exists to show the autotuner's timing step without one.
+    """
+    fn()
+    times = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    med = statistics.median(times)
+    return med if quantiles is None else [med, min(times), max(times)]
+
+
+def autotune(kernel=matmul_kernel, configs=None, do_bench=None, prune_configs=prune):
+    """Wrap ``kernel`` (lesson 07's) in ``triton.autotune``, keyed on M, N and K."""
+    return triton.autotune(
+        configs=CONFIGS + FP32_CONFIGS if configs is None else configs,
+        key=["M", "N", "K"],              # re-tune when a dimension changes (dtypes too)
+        prune_configs_by=None if prune_configs is None else {"early_config_prune": prune_configs},
+        do_bench=do_bench,                # None: Triton's GPU timer
+    )(kernel)
+
+
+matmul_autotuned = autotune()
+
+
+def matmul(a, b, c, *, kernel=None):
+    """C = A @ B with the autotuned kernel (lesson 07's masks: every shape and stride)."""
+    kernel = matmul_autotuned if kernel is None else kernel
+    M, K = a.shape
+    N = b.shape[1]
+    check_offsets(a, b, c)
+    a, b, precision = operands(a, b)
+
+    def grid(meta):   # the grid depends on the config the autotuner picks
+        return (triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"]),)
+
+    kernel[grid](a, b, c, M, N, K,
+                 a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                 INPUT_PRECISION=precision)
+    return c
+
+
+def tile_config(config):
+    """A ``triton.Config`` as lesson 07's TileConfig (to launch one config directly)."""
+    kw = config.kwargs
+    return TileConfig(kw["BLOCK_SIZE_M"], kw["BLOCK_SIZE_N"], kw["BLOCK_SIZE_K"],
+                      config.num_warps, config.num_stages)
+
+
+def chosen_config(kernel=None):
+    """The config the autotuner ran last, as a short string."""
+    kernel = matmul_autotuned if kernel is None else kernel
+    cfg = getattr(kernel, "best_config", None)
+    if cfg is None:
+        return "none yet (call the kernel first)"
+    kw = cfg.kwargs
+    return (f"BLOCK_SIZE_M={kw['BLOCK_SIZE_M']}, BLOCK_SIZE_N={kw['BLOCK_SIZE_N']}, "
+            f"BLOCK_SIZE_K={kw['BLOCK_SIZE_K']}, GROUP_SIZE_M={kw['GROUP_SIZE_M']}, "
+            f"num_warps={cfg.num_warps}, num_stages={cfg.num_stages}")
+
+
+KERNELS = [
+    Kernel("k08_triton_autotune", 8, "triton", DTYPES,
+           "lesson 07's kernel under @triton.autotune: 8 tile configs timed per shape",
+           launch=matmul, source=autotune, min_cc=(8, 0)),
+]
