@@ -1,0 +1,549 @@
+"""Lesson 09: the reason to own a GEMM: BLAS semantics, a fused epilogue, batches and split-K.
+
+``out = activation(alpha * A @ B + beta * C + bias)`` in one Triton kernel. The K loop is
+the tiled, grouped-order GEMM of lessons 07-08; everything after it happens while the tile
+is still in registers (the *epilogue*), so the product never makes a round trip through
+global memory between the GEMM and the element-wise work:
+
+    acc = A_tile @ B_tile, summed over K        # fp32, in registers
+    acc = alpha * acc                           # (1) scale
+    acc += beta * C_tile      if beta != 0      # (2) BLAS: beta == 0 never reads C
+    acc += bias[None, :]      if bias           # (3) one value per column, shape (N,)
+    acc = act(acc)                              # (4) relu / exact gelu / leaky_relu(0.01)
+    out_tile = acc.to(out dtype)                # one store
+
+BLAS semantics are decided on the host and baked in as compile-time flags (``HAS_C``), so
+``beta == 0`` never loads C (NaN in C cannot leak) and ``alpha == 0`` never launches the
+K loop at all (NaN in A or B cannot leak): only the epilogue kernel runs.
+
+Batches: the grid's second axis is the batch index; each operand carries a batch stride,
+and a broadcast operand has batch stride 0 (the same matrix for every batch, no copy).
+Strides: every operand is addressed through its own strides (transposed and sliced views
+work as they are, with no hidden ``.contiguous()``). Shapes: rows/columns past M/N are
+clamped to a valid index on load and masked on store; K is masked unless it divides into
+BLOCK_SIZE_K (``EVEN_K``).
+
+Split-K (``k09_split_k``, and automatically through :func:`split_k_rule`): when the output
+has too few tiles to fill the GPU but K is long (M = N = 256, K = 65536 gives 4 tiles for
+132 SMs), the K loop is cut into S slices that run on different SMs. Each slice writes its
+fp32 partial sum to a workspace (S, batch, M, N); a second kernel adds the S partials in a
+fixed order (deterministic, unlike atomics) and only then applies the epilogue. What is
+legal before the sum is complete: alpha (linear) could be applied per slice; beta * C and
+bias must be added exactly once; the activation is non-linear (gelu(x) + gelu(y) is not
+gelu(x + y)), so it must wait for the full sum.
+"""
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import engines
+from . import Kernel
+
+__all__ = ["fused_gemm_kernel", "splitk_epilogue_kernel", "Config", "default_config",
+           "split_k_rule", "fused_gemm", "bench_epilogue", "bench_split_k", "fusion_bytes",
+           "ACTIVATION_CODES", "LEAKY_SLOPE"]
+
+DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "leaky_relu": 3}
+LEAKY_SLOPE = 0.01                      # torch.nn.functional.leaky_relu's default
+NOMINAL_SMS = 132                       # an H100/H200: the split-K rule's SM count off-GPU
+MIN_K_ITERS_PER_SPLIT = 8               # a K slice keeps at least 8 BLOCK_SIZE_K steps
+MAX_SPLIT_K = 64
+
+
+# ----------------------------------------------------------------------------- kernels
+@triton.jit
+def _activation(x, ACTIVATION: tl.constexpr):
+    """The activation on an fp32 tile, as torch computes it (NaN stays NaN)."""
+    if ACTIVATION == 1:    # relu
+        x = tl.where(x < 0, 0.0, x)
+    elif ACTIVATION == 2:  # gelu, exact (torch's default): x * Phi(x) = x/2 * (1 + erf(x/sqrt 2))
+        x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+    elif ACTIVATION == 3:  # leaky_relu, slope 0.01
+        x = tl.where(x < 0, x * 0.01, x)
+    return x
+
+
+@triton.jit
+def _epilogue(acc, offs_m, offs_n, pid_b, M, N,
+              c_ptr, stride_cb, stride_cm, stride_cn,
+              bias_ptr, stride_bias,
+              out_ptr, stride_ob, stride_om, stride_on,
+              alpha, beta,
+              HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
+    """out = act(alpha * acc + beta * C + bias) on one (BLOCK_SIZE_M, BLOCK_SIZE_N) tile."""
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    rows = offs_m[:, None].to(tl.int64)                    # 64-bit: outputs over 2**31 elements
+    acc = acc * alpha                                      # (1)
+    if HAS_C:                                              # (2) beta == 0: C is never loaded
+        c_ptrs = c_ptr + pid_b * stride_cb + rows * stride_cm + offs_n[None, :] * stride_cn
+        c = tl.load(c_ptrs, mask=mask, other=0.0)
+        acc += beta * c.to(tl.float32)
+    if HAS_BIAS:                                           # (3) bias: (N,), one per column
+        bias = tl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0)
+        acc += bias.to(tl.float32)[None, :]
+    acc = _activation(acc, ACTIVATION)                     # (4)
+    out_ptrs = out_ptr + pid_b * stride_ob + rows * stride_om + offs_n[None, :] * stride_on
+    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def fused_gemm_kernel(
+        # pointers
+        a_ptr, b_ptr, c_ptr, bias_ptr, out_ptr,
+        # dimensions
+        M, N, K,
+        # strides: (batch, row, column); a batch stride of 0 broadcasts that operand
+        stride_ab, stride_am, stride_ak,
+        stride_bb, stride_bk, stride_bn,
+        stride_cb, stride_cm, stride_cn,
+        stride_bias,
+        stride_ob, stride_om, stride_on,
+        # split-K: slice p covers K[p * K_PER_SPLIT : (p + 1) * K_PER_SPLIT]; partial sums
+        # go to out_ptr + p * stride_os (an fp32 workspace) instead of through the epilogue
+        K_PER_SPLIT, stride_os,
+        # BLAS scalars
+        alpha, beta,
+        # meta-parameters
+        HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+        IS_SPLIT: tl.constexpr, EVEN_K: tl.constexpr, IEEE: tl.constexpr,
+        UPCAST: tl.constexpr,
+        BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+        GROUP_SIZE_M: tl.constexpr):
+    """One (BLOCK_SIZE_M, BLOCK_SIZE_N) tile of batch ``program_id(1)``, K slice
+    ``program_id(2)``: the K loop, then the fused epilogue (or an fp32 partial for split-K)."""
+    # -- which tile: grouped order (lesson 07), so GROUP_SIZE_M rows of tiles share B's columns
+    pid = tl.program_id(0)
+    pid_b = tl.program_id(1).to(tl.int64)
+    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    num_pid_in_group = GROUP_SIZE_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_SIZE_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    # -- which part of K: all of it, or this program's slice
+    if IS_SPLIT:
+        k_start = tl.program_id(2) * K_PER_SPLIT
+        k_len = min(K - k_start, K_PER_SPLIT)
+    else:
+        k_start = 0
+        k_len = K
+
+    # -- the K loop. Rows and columns past M and N read row/column 0 instead (always in
+    # bounds; their results are never stored), so the loads need no M/N masks.
+    offs_m = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    offs_am = tl.max_contiguous(tl.multiple_of(tl.where(offs_m < M, offs_m, 0), BLOCK_SIZE_M),
+                                BLOCK_SIZE_M)
+    offs_bn = tl.max_contiguous(tl.multiple_of(tl.where(offs_n < N, offs_n, 0), BLOCK_SIZE_N),
+                                BLOCK_SIZE_N)
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    a_ptrs = (a_ptr + pid_b * stride_ab + offs_am[:, None].to(tl.int64) * stride_am
+              + (k_start + offs_k)[None, :].to(tl.int64) * stride_ak)       # (BM, BK)
+    b_ptrs = (b_ptr + pid_b * stride_bb + (k_start + offs_k)[:, None].to(tl.int64) * stride_bk
+              + offs_bn[None, :].to(tl.int64) * stride_bn)                  # (BK, BN)
+    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(k_len, BLOCK_SIZE_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:   # the last step reads past K: those elements must be 0
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < k_len - k * BLOCK_SIZE_K, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < k_len - k * BLOCK_SIZE_K, other=0.0)
+        if UPCAST:  # only in Triton's CPU interpreter, which has no bf16 matmul
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        if IEEE:    # fp32 inputs: true fp32 products (the default would round them to TF32)
+            acc = tl.dot(a, b, acc, input_precision="ieee")
+        else:       # fp16 / bf16 on tensor cores, fp32 accumulation
+            acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_SIZE_K * stride_ak
+        b_ptrs += BLOCK_SIZE_K * stride_bk
+
+    if IS_SPLIT:
+        # a partial sum: bias and activation must wait for the other slices (see the
+        # module docstring), so store fp32 as it is; splitk_epilogue_kernel finishes it
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+        ws_ptrs = (out_ptr + tl.program_id(2).to(tl.int64) * stride_os + pid_b * stride_ob
+                   + offs_m[:, None].to(tl.int64) * stride_om + offs_n[None, :] * stride_on)
+        tl.store(ws_ptrs, acc, mask=mask)
+    else:
+        _epilogue(acc, offs_m, offs_n, pid_b, M, N,
+                  c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
+                  out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
+                  HAS_C, HAS_BIAS, ACTIVATION)
+
+
+@triton.jit
+def splitk_epilogue_kernel(
+        # pointers: ws holds SPLIT_K fp32 partial sums, (SPLIT_K, batch, M, N) contiguous
+        ws_ptr, c_ptr, bias_ptr, out_ptr,
+        # dimensions; SPLIT_K == 0 means alpha == 0: no partials, A and B were never read
+        M, N, SPLIT_K,
+        # strides
+        stride_ws, stride_wb, stride_wm,
+        stride_cb, stride_cm, stride_cn,
+        stride_bias,
+        stride_ob, stride_om, stride_on,
+        # BLAS scalars
+        alpha, beta,
+        # meta-parameters
+        HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+        BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr):
+    """Second pass of split-K: sum the slices in a fixed order, then the epilogue, once."""
+    pid_m = tl.program_id(0)
+    pid_n = tl.program_id(1)
+    pid_b = tl.program_id(2).to(tl.int64)
+    offs_m = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    ws_ptrs = (ws_ptr + pid_b * stride_wb + offs_m[:, None].to(tl.int64) * stride_wm
+               + offs_n[None, :])
+    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for s in range(0, SPLIT_K):
+        acc += tl.load(ws_ptrs, mask=mask, other=0.0)
+        ws_ptrs += stride_ws
+    _epilogue(acc, offs_m, offs_n, pid_b, M, N,
+              c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
+              out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
+              HAS_C, HAS_BIAS, ACTIVATION)
+
+
+# ------------------------------------------------------------------------ configuration
+@dataclass(frozen=True)
+class Config:
+    """Tile sizes and launch parameters of one compiled variant."""
+    BLOCK_SIZE_M: int
+    BLOCK_SIZE_N: int
+    BLOCK_SIZE_K: int
+    GROUP_SIZE_M: int = 8
+    num_warps: int = 4
+    num_stages: int = 3
+
+    def __str__(self):
+        return (f"{self.BLOCK_SIZE_M}x{self.BLOCK_SIZE_N}x{self.BLOCK_SIZE_K} "
+                f"g{self.GROUP_SIZE_M} w{self.num_warps} s{self.num_stages}")
+
+
+# Off the GPU (Triton's interpreter) every tile is 16 x 16 x 16: small shapes still have
+# several tiles, and several K steps, so masks and the split are exercised.
+SIMULATOR_CONFIG = Config(16, 16, 16, GROUP_SIZE_M=2, num_warps=1, num_stages=1)
+# On a GPU (chosen for H100/H200; tools/sweep_k09.py compares the alternatives):
+GPU_CONFIGS = {
+    "fp16": Config(128, 256, 64, GROUP_SIZE_M=8, num_warps=8, num_stages=3),
+    "fp32": Config(64, 64, 32, GROUP_SIZE_M=8, num_warps=4, num_stages=3),
+    "split": Config(128, 128, 64, GROUP_SIZE_M=8, num_warps=4, num_stages=4),
+    "epilogue": Config(32, 128, 1, num_warps=4, num_stages=1),   # the split-K second pass
+}
+
+
+def default_config(dtype, split=False) -> Config:
+    """The tile configuration for ``dtype`` (``split``: the split-K GEMM's, or "epilogue":
+    the second pass's) on this engine."""
+    if not engines.on_gpu():
+        return SIMULATOR_CONFIG
+    if split == "epilogue":
+        return GPU_CONFIGS["epilogue"]
+    if split:
+        return GPU_CONFIGS["split"] if dtype != torch.float32 else GPU_CONFIGS["fp32"]
+    return GPU_CONFIGS["fp32"] if dtype == torch.float32 else GPU_CONFIGS["fp16"]
+
+
+@lru_cache(maxsize=None)
+def _num_sms(index):
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def num_sms(device=None):
+    """Streaming multiprocessors of the GPU (the nominal H100/H200 count off the GPU, so the
+    split-K rule takes the same decisions on every engine)."""
+    if not engines.on_gpu():
+        return NOMINAL_SMS
+    device = torch.device("cuda") if device is None else torch.device(device)
+    return _num_sms(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def split_k_rule(M, N, K, batch=1, *, block_m, block_n, block_k, sms=NOMINAL_SMS):
+    """How many K slices to use: 1 (no split) unless the output tiles fill less than half
+    of the GPU's SMs *and* K is long enough for every slice to keep at least
+    MIN_K_ITERS_PER_SPLIT steps of the K loop. Then S = min(SMs // tiles, K steps // 8, 64),
+    so that tiles * S is about one wave of CTAs.
+
+    The price: each slice writes and the second pass reads an fp32 (batch, M, N) partial,
+    2 * S * batch * M * N * 4 bytes, small next to the GEMM exactly when tiles are few.
+    """
+    tiles = batch * triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
+    if 2 * tiles > sms:
+        return 1
+    k_iters = triton.cdiv(K, block_k)
+    return max(1, min(sms // tiles, k_iters // MIN_K_ITERS_PER_SPLIT, MAX_SPLIT_K))
+
+
+def _reads(alpha, beta):
+    """(reads A and B, reads C): BLAS never reads what a zero scalar multiplies."""
+    return alpha != 0.0, beta != 0.0
+
+
+def _interpreted():
+    return os.environ.get("TRITON_INTERPRET", "0") == "1"
+
+
+# ------------------------------------------------------------------------ launchers
+def fused_gemm(a3, b3, c3, out, alpha=1.0, beta=0.0, bias=None, activation=None, *,
+               split_k="auto", config=None):
+    """``out = activation(alpha * a3 @ b3 + beta * c3 + bias)`` on 3-D operands.
+
+    ``a3`` (B, M, K), ``b3`` (B, K, N), ``c3`` (B, M, N) or None, ``out`` (B, M, N): any
+    strides, batch stride 0 for a broadcast operand (api.gemm validated and expanded them;
+    nothing is copied here). ``split_k``: "auto" (:func:`split_k_rule`), or a number of K
+    slices: 1 runs the one-pass kernel, 2 or more the split-K path (two kernels).
+    ``config``: override the tile configuration (benchmarks, sweeps).
+    """
+    B, M, K = a3.shape
+    N = b3.shape[2]
+    reads_ab, reads_c = _reads(alpha, beta)
+    act = ACTIVATION_CODES[activation]
+    c_args = (c3, *c3.stride()) if reads_c else (out, 0, 0, 0)   # never dereferenced if unread
+    bias_args = (bias, bias.stride(0)) if bias is not None else (out, 0)
+    if split_k == "auto":
+        cfg = config or default_config(a3.dtype, split=True)
+        split_k = split_k_rule(M, N, K, B, block_m=cfg.BLOCK_SIZE_M, block_n=cfg.BLOCK_SIZE_N,
+                               block_k=cfg.BLOCK_SIZE_K, sms=num_sms(a3.device))
+    if not reads_ab:
+        # alpha == 0: the K loop is skipped entirely (A and B are never read); the epilogue
+        # kernel runs over zero partial sums
+        _splitk_epilogue(None, 0, c_args, bias_args, out, alpha, beta, reads_c,
+                         bias is not None, act)
+        return out
+    cfg = config or default_config(a3.dtype, split=split_k > 1)
+    BM, BN, BK = cfg.BLOCK_SIZE_M, cfg.BLOCK_SIZE_N, cfg.BLOCK_SIZE_K
+    common = dict(IEEE=a3.dtype == torch.float32,
+                  UPCAST=a3.dtype == torch.bfloat16 and _interpreted(),
+                  BLOCK_SIZE_M=BM, BLOCK_SIZE_N=BN, BLOCK_SIZE_K=BK,
+                  GROUP_SIZE_M=cfg.GROUP_SIZE_M, num_warps=cfg.num_warps,
+                  num_stages=cfg.num_stages)
+    tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN)
+    if split_k <= 1:
+        fused_gemm_kernel[(tiles, B, 1)](
+            a3, b3, c_args[0], bias_args[0], out, M, N, K,
+            *a3.stride(), *b3.stride(), *c_args[1:], bias_args[1], *out.stride(),
+            K, 0, float(alpha), float(beta),
+            HAS_C=reads_c, HAS_BIAS=bias is not None, ACTIVATION=act, IS_SPLIT=False,
+            EVEN_K=K % BK == 0, **common)
+        return out
+    # split-K: S slices of whole BLOCK_SIZE_K steps; the last slice may be shorter
+    k_per_split = triton.cdiv(triton.cdiv(K, split_k), BK) * BK
+    S = triton.cdiv(K, k_per_split)
+    ws = torch.empty((S, B, M, N), dtype=torch.float32, device=out.device)
+    fused_gemm_kernel[(tiles, B, S)](
+        a3, b3, ws, ws, ws, M, N, K,
+        *a3.stride(), *b3.stride(), 0, 0, 0, 0, *ws.stride()[1:],
+        k_per_split, ws.stride(0), 1.0, 0.0,
+        HAS_C=False, HAS_BIAS=False, ACTIVATION=0, IS_SPLIT=True,
+        EVEN_K=K % BK == 0, **common)
+    _splitk_epilogue(ws, S, c_args, bias_args, out, alpha, beta, reads_c, bias is not None,
+                     act)
+    return out
+
+
+def _splitk_epilogue(ws, S, c_args, bias_args, out, alpha, beta, has_c, has_bias, act):
+    """Launch the second pass: sum S partials of ``ws`` (S may be 0), then the epilogue."""
+    B, M, N = out.shape
+    cfg = default_config(out.dtype, split="epilogue")
+    BM, BN = cfg.BLOCK_SIZE_M, cfg.BLOCK_SIZE_N
+    ws_args = (ws, *ws.stride()[:3]) if ws is not None else (out, 0, 0, 0)
+    grid = (triton.cdiv(M, BM), triton.cdiv(N, BN), B)
+    splitk_epilogue_kernel[grid](
+        ws_args[0], c_args[0], bias_args[0], out, M, N, S, *ws_args[1:],
+        *c_args[1:], bias_args[1], *out.stride(), float(alpha), float(beta),
+        HAS_C=has_c, HAS_BIAS=has_bias, ACTIVATION=act,
+        BLOCK_SIZE_M=BM, BLOCK_SIZE_N=BN, num_warps=cfg.num_warps)
+
+
+def gemm_auto(a3, b3, c3, out, alpha, beta, bias, activation):
+    """The Kernel ``gemm`` hook of k09_fused_epilogue: one pass, split-K where the rule says."""
+    return fused_gemm(a3, b3, c3, out, alpha, beta, bias, activation, split_k="auto")
+
+
+def gemm_split(a3, b3, c3, out, alpha, beta, bias, activation):
+    """The Kernel ``gemm`` hook of k09_split_k: always the two-pass split-K path, with the
+    rule's number of slices (at least 2 where K has 2 steps)."""
+    B, M, K = a3.shape
+    cfg = default_config(a3.dtype, split=True)
+    s = split_k_rule(M, b3.shape[2], K, B, block_m=cfg.BLOCK_SIZE_M,
+                     block_n=cfg.BLOCK_SIZE_N, block_k=cfg.BLOCK_SIZE_K,
+                     sms=num_sms(a3.device))
+    return fused_gemm(a3, b3, c3, out, alpha, beta, bias, activation, split_k=max(2, s))
+
+
+def launch(a, b, c):
+    """c = a @ b through the fused kernel (alpha 1, beta 0, no bias, no activation).
+    Any strides and shapes: masks and clamped indices in the kernel, no copies."""
+    gemm_auto(a.unsqueeze(0), b.unsqueeze(0), None, c.unsqueeze(0), 1.0, 0.0, None, None)
+
+
+def launch_split(a, b, c):
+    """c = a @ b through the split-K path (two kernels). Any strides and shapes."""
+    gemm_split(a.unsqueeze(0), b.unsqueeze(0), None, c.unsqueeze(0), 1.0, 0.0, None, None)
+
+
+# ------------------------------------------------------------------------ measurements
+def fusion_bytes(M, N, dtype=torch.float16, unfused_passes=1):
+    """Global-memory bytes of the element-wise work after a GEMM, unfused vs fused.
+
+    Unfused (torch eager ``gelu(addmm(bias, a, b))``: cuBLAS adds the bias in its own
+    epilogue, then ``gelu`` is a separate kernel): the GEMM writes the (M, N) product, and
+    each of ``unfused_passes`` element-wise kernels reads it and writes it again. Fused: the
+    product is written once, already activated. Returns (unfused, fused, saved) in bytes.
+    """
+    size = M * N * torch.empty((), dtype=dtype).element_size()
+    unfused = size + unfused_passes * 2 * size
+    fused = size
+    return unfused, fused, unfused - fused
+
+
+@dataclass
+class EpilogueBench:
+    """Times (ms, median) of one fused-epilogue problem, all measured in one run."""
+    M: int
+    N: int
+    K: int
+    dtype: torch.dtype
+    activation: str | None
+    ms: dict            # name -> milliseconds (k09, torch eager, torch.compile, cuBLAS mm)
+    note: str = ""
+    config: str = ""
+
+    def tflops(self, name):
+        return 2.0 * self.M * self.N * self.K / (self.ms[name] * 1e-3) / 1e12
+
+    def ratio(self, baseline, name="k09_fused_epilogue"):
+        """Speed of ``name`` relative to ``baseline`` (> 1: faster)."""
+        return self.ms[baseline] / self.ms[name]
+
+    def __str__(self):
+        dt = str(self.dtype).replace("torch.", "")
+        head = (f"bias + {self.activation} GEMM, {dt}, M={self.M} N={self.N} K={self.K}"
+                + (f" [{self.config}]" if self.config else ""))
+        if not self.ms:
+            return f"{head}: not timed ({self.note})"
+        lines = [head]
+        for name, ms in self.ms.items():
+            extra = "" if name == "k09_fused_epilogue" else \
+                f"   k09 is {self.ratio(name):.2f}x this"
+            lines.append(f"  {name:<22} {ms:8.3f} ms  {self.tflops(name):6.1f} TFLOP/s{extra}")
+        return "\n".join(lines)
+
+
+def _torch_epilogue(activation):
+    import torch.nn.functional as F
+
+    def fn(a, b, bias):
+        y = torch.addmm(bias, a, b)
+        if activation == "gelu":
+            return F.gelu(y)
+        if activation == "relu":
+            return F.relu(y)
+        if activation == "leaky_relu":
+            return F.leaky_relu(y, LEAKY_SLOPE)
+        return y
+    return fn
+
+
+def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gelu", *,
+                   compile=True, config=None, b_layout="row", seed=0):
+    """Time the fused bias + activation GEMM against torch eager (``addmm`` then the
+    activation) and ``torch.compile`` of the same function, in one run, after checking that
+    all three agree. ``b_layout="transposed"`` passes B as ``W.t()`` of an (N, K) weight, as
+    ``nn.Linear`` stores it. On the simulator nothing is timed."""
+    from .. import harness
+    res = EpilogueBench(M, N, K, dtype, activation, {},
+                        config=str(config or default_config(dtype)))
+    if not engines.on_gpu():
+        res.note = harness.SIMULATOR_NOTE
+        return res
+    a, b = harness.make_operands(M, N, K, dtype, seed=seed, b=b_layout)
+    a, b = a / 8, b / 8                       # keep |a @ b| near 1 (gelu's interesting range)
+    if b_layout == "transposed":
+        b = b.t().contiguous().t()
+    gen = torch.Generator().manual_seed(seed + 1)
+    bias = torch.randn(N, generator=gen).to(dtype).to(a.device)
+    out = torch.empty(1, M, N, dtype=dtype, device=a.device)
+
+    def ours():
+        return fused_gemm(a.unsqueeze(0), b.unsqueeze(0), None, out, 1.0, 0.0, bias,
+                          activation, split_k=1, config=config)
+
+    eager = _torch_epilogue(activation)
+    compiled = torch.compile(eager)
+    ref = eager(a, b, bias)
+    for name, fn in (("k09_fused_epilogue", ours), ("torch.compile", lambda: compiled(a, b, bias))):
+        got = fn()
+        got = got[0] if got.dim() == 3 else got
+        err = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
+        if not err < 1e-2:
+            raise harness.CheckError(f"{name} disagrees with torch eager: relative error "
+                                     f"{err:.1e}; not timing it")
+    res.ms["k09_fused_epilogue"] = harness.time_cuda(ours)
+    res.ms["torch eager"] = harness.time_cuda(lambda: eager(a, b, bias))
+    res.ms["torch.compile"] = harness.time_cuda(lambda: compiled(a, b, bias))
+    mm_out = torch.empty(M, N, dtype=dtype, device=a.device)
+    res.ms["cuBLAS mm alone"] = harness.time_cuda(lambda: torch.mm(a, b, out=mm_out))
+    return res
+
+
+def bench_split_k(M=256, N=256, K=65536, dtype=torch.float16, *, splits=(1, "auto"),
+                  seed=0):
+    """Time the same GEMM with several split-K settings (1 = no split, "auto" = the rule,
+    or a number of slices) and cuBLAS, in one run, after checking each. Returns
+    {label: ms}; empty on the simulator."""
+    from .. import harness
+    if not engines.on_gpu():
+        return {}
+    a, b = harness.make_operands(M, N, K, dtype, seed=seed)
+    out = torch.empty(1, M, N, dtype=dtype, device=a.device)
+    ref = harness.reference(a, b)
+    times = {}
+    for s in splits:
+        def run(s=s):
+            return fused_gemm(a.unsqueeze(0), b.unsqueeze(0), None, out, split_k=s)
+        out.fill_(float("nan"))
+        run()
+        ok, rel, _ = harness.compare(out[0], ref, a, b, dtype)
+        if not ok:
+            raise harness.CheckError(f"split_k={s} is wrong: relative error {rel:.1e}")
+        if s == "auto":
+            cfg = default_config(dtype, split=True)
+            n = split_k_rule(M, N, K, block_m=cfg.BLOCK_SIZE_M, block_n=cfg.BLOCK_SIZE_N,
+                             block_k=cfg.BLOCK_SIZE_K, sms=num_sms(a.device))
+            label = f"split_k=auto ({n})"
+        else:
+            label = f"split_k={s}"
+        times[label] = harness.time_cuda(run)
+    mm_out = torch.empty(M, N, dtype=dtype, device=a.device)
+    times["cuBLAS"] = harness.time_cuda(lambda: torch.mm(a, b, out=mm_out))
+    return times
+
+
+KERNELS = [
+    Kernel("k09_fused_epilogue", 9, "triton", DTYPES,
+           "alpha, beta*C, bias and activation fused after the K loop; batched, any strides",
+           launch=launch, gemm=gemm_auto, source=fused_gemm_kernel,
+           features=frozenset({"alpha_beta", "bias", "activation", "batched"})),
+    Kernel("k09_split_k", 9, "triton", DTYPES,
+           "K cut into slices on separate SMs, fp32 partials summed in a second pass, then "
+           "the epilogue",
+           launch=launch_split, gemm=gemm_split, source=splitk_epilogue_kernel,
+           features=frozenset({"alpha_beta", "bias", "activation", "batched"}),
+           in_ladder=False),
+]
