@@ -62,11 +62,11 @@ def _check_capability(entry):
 
 
 def _validate_pair(a, b, entry):
-    _check_tensor("a", a, entry)
-    _check_tensor("b", b, entry)
-    if a.dtype != b.dtype:
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dtype != b.dtype:
         raise TypeError(f"a and b differ in dtype ({_dt(a.dtype)} and {_dt(b.dtype)}): "
                         "convert one of them")
+    _check_tensor("a", a, entry)
+    _check_tensor("b", b, entry)
     if a.device != b.device:
         raise ValueError(f"a is on {a.device} and b on {b.device}: put both on one device")
     if a.shape[1] != b.shape[0]:

@@ -47,6 +47,7 @@ class Engine:
 
 
 _ENGINE: Engine | None = None
+_SET_BY_US = False   # True once this module switched the simulator on itself
 
 
 def _gpu_info():
@@ -68,7 +69,8 @@ def _decide(min_cc=None) -> Engine:
         # numba's real CUDA target with no GPU: kernels compile to PTX but cannot launch
         # (used by gemm_lessons.compiled in a subprocess)
         return Engine("compile", reason="compiling only")
-    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0") and forced != "cuda":
+    user_sim = os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0") and not _SET_BY_US
+    if user_sim and forced != "cuda":
         return Engine("simulator", reason="NUMBA_ENABLE_CUDASIM=1 was set")
     if forced == "simulator":
         return Engine("simulator", reason="GEMM_LESSONS_ENGINE=simulator was set")
@@ -88,7 +90,7 @@ def _decide(min_cc=None) -> Engine:
 
 def _apply(eng: Engine):
     """Set numba's and triton's switches for ``eng``; refuse if they were already read."""
-    global _ENGINE
+    global _ENGINE, _SET_BY_US
     want_sim = eng.kind == "simulator"
     numba_in = "numba.cuda" in sys.modules
     if numba_in:
@@ -104,6 +106,7 @@ def _apply(eng: Engine):
                 "numba's CUDA simulator is already on in this process, so the GPU cannot be "
                 "used: unset NUMBA_ENABLE_CUDASIM and restart Python (or the Jupyter kernel).")
     if want_sim:
+        _SET_BY_US = _SET_BY_US or os.environ.get("NUMBA_ENABLE_CUDASIM", "0") in ("", "0")
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"
         os.environ["TRITON_INTERPRET"] = "1"
     elif "triton" not in sys.modules:
@@ -160,8 +163,8 @@ def select_engine(min_cc=None) -> Engine:
     otherwise it keeps the current engine.
     """
     eng = _decide(min_cc)
-    if eng == engine():
-        return eng
+    if eng.kind == engine().kind:
+        return engine()
     if eng.kind == "simulator" and ("numba.cuda" in sys.modules or "triton" in sys.modules):
         raise EngineError(f"{eng.reason}, and numba or triton was already imported on the GPU: "
                           "restart Python and call gl.select_engine(...) before anything else.")

@@ -46,26 +46,33 @@ class Case:
 
 def shape_suite(gpu: bool | None = None) -> list[Case]:
     """The shapes every kernel must get right. Small on the simulator, larger on a GPU,
-    always with dimensions that are multiples of no tile size (and 1s)."""
+    with dimensions that are multiples of no tile size (odd), 1s, and strided operands."""
     if gpu is None:
         gpu = _backend.on_gpu()
-    s = 1 if not gpu else 16  # GPU shapes are about 16x larger
     K_hint = "a K loop that reads past K: loads beyond K must read 0 (a missing K mask)"
     edge = "a boundary tile: stores outside M x N must be masked, partial tiles still written"
     stride = ("the kernel assumes a contiguous operand: index with the tensor's strides "
               "(or let the launcher copy), and do not assume 16-byte alignment")
-    return [
-        Case("square", 32 * s, 32 * s, 32 * s, hint="the basic indexing of A, B or C"),
-        Case("rectangular", 48 * s, 16 * s, 40 * s,
-             hint="M, N and K swapped somewhere (a square shape hides it)"),
-        Case("ragged", 37 * s + 3, 45 * s + 1, 29 * s + 5, hint=edge + "; or " + K_hint),
-        Case("M=1", 1, 40 * s + 3, 24 * s + 1, hint=edge),
-        Case("N=1", 40 * s + 3, 1, 24 * s + 1, hint=edge),
-        Case("K=1", 24 * s + 1, 40 * s + 3, 1, hint=K_hint),
-        Case("A transposed", 33 * s, 24 * s, 20 * s + 3, a="transposed", hint=stride),
-        Case("B transposed", 24 * s + 1, 33 * s, 20 * s, b="transposed", hint=stride),
-        Case("sliced", 30 * s + 2, 26 * s + 1, 22 * s + 3, a="sliced", b="sliced", hint=stride),
-    ]
+    # (M, N, K) on the simulator, and on a GPU (larger: many blocks, every tile boundary)
+    sizes = {
+        "square":       ((32, 32, 32), (512, 512, 512)),
+        "rectangular":  ((48, 16, 40), (768, 256, 640)),
+        "ragged":       ((37, 45, 29), (597, 723, 469)),
+        "M=1":          ((1, 41, 25), (1, 643, 385)),
+        "N=1":          ((41, 1, 25), (643, 1, 385)),
+        "K=1":          ((25, 41, 1), (385, 643, 1)),
+        "A transposed": ((33, 24, 23), (528, 384, 323)),
+        "B transposed": ((25, 33, 20), (385, 528, 320)),
+        "sliced":       ((31, 27, 25), (482, 417, 355)),
+    }
+    hints = {"square": "the basic indexing of A, B or C",
+             "rectangular": "M, N and K swapped somewhere (a square shape hides it)",
+             "ragged": edge + "; or " + K_hint, "M=1": edge, "N=1": edge, "K=1": K_hint,
+             "A transposed": stride, "B transposed": stride, "sliced": stride}
+    layouts = {"A transposed": ("transposed", "row"), "B transposed": ("row", "transposed"),
+               "sliced": ("sliced", "sliced")}
+    return [Case(name, *dims[1 if gpu else 0], *layouts.get(name, ("row", "row")),
+                 hint=hints[name]) for name, dims in sizes.items()]
 
 
 def _operand(rows, cols, layout, dtype, gen, device):

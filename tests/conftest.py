@@ -1,0 +1,22 @@
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run_python(code, env_extra=None, args=None, timeout=600):
+    """Run ``python -c code`` (or ``python -m ...`` with args) in a fresh process."""
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NUMBA_ENABLE_CUDASIM", "TRITON_INTERPRET", "GEMM_LESSONS_ENGINE")}
+    env.update(env_extra or {})
+    cmd = [sys.executable] + (args if args is not None else ["-c", code])
+    return subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture
+def py():
+    return run_python
