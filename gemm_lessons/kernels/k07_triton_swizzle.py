@@ -45,8 +45,8 @@ import triton.language as tl
 from .. import engines
 from . import Kernel
 
-__all__ = ["matmul_kernel", "grouped_pid", "grouped_order", "program_order", "first_wave",
-           "TileConfig", "config_for", "check_offsets", "operands", "matmul", "rowmajor"]
+__all__ = ["matmul_kernel", "grouped_pid", "grouped_order", "program_order", "first_wave", "wave_traffic",
+           "TileConfig", "config_for", "check_offsets", "operands", "matmul", "rowmajor", "asm"]
 
 
 # ------------------------------------------------------------------ the tile order
@@ -94,6 +94,18 @@ def first_wave(M, N, BM, BN, group_size_m, programs=132):
     wave = range(min(programs, num_pid_m * num_pid_n))
     tiles = [grouped_order(p, num_pid_m, num_pid_n, group_size_m) for p in wave]
     return len({m for m, _ in tiles}), len({n for _, n in tiles})
+
+
+def wave_traffic(M, N, BM, BN, group_size_m, programs=132):
+    """The fraction of the first wave's tile loads that must come from DRAM, at best.
+
+    Per K step the wave requests ``programs`` A tiles (BM rows each) and as many B tiles
+    (BN columns each); the distinct ones are read from DRAM once and every other request
+    hits in L2 (if L2 keeps them long enough). Returns distinct / requested, in bytes.
+    """
+    num_pid = triton.cdiv(M, BM) * triton.cdiv(N, BN)
+    a_strips, b_strips = first_wave(M, N, BM, BN, group_size_m, programs)
+    return (a_strips * BM + b_strips * BN) / (min(programs, num_pid) * (BM + BN))
 
 
 # ------------------------------------------------------------------ the kernel
@@ -184,8 +196,9 @@ def operands(a, b):
     return a, b, ("ieee" if a.dtype == torch.float32 else "tf32")
 
 
-def matmul(a, b, c, *, group_size_m=GROUP_SIZE_M, config=None):
-    """C = A @ B with :func:`matmul_kernel`; one program per BM x BN tile of C.
+def matmul(a, b, c, *, group_size_m=GROUP_SIZE_M, config=None, kernel=None):
+    """C = A @ B with :func:`matmul_kernel` (or ``kernel``, a @triton.jit function with the
+    same arguments); one program per BM x BN tile of C.
 
     Masks in the kernel handle every shape and stride (no padding, no copies; bf16 on the
     interpreter is widened to fp32, see the module's docstring).
@@ -196,7 +209,7 @@ def matmul(a, b, c, *, group_size_m=GROUP_SIZE_M, config=None):
     check_offsets(a, b, c)
     a, b, precision = operands(a, b)
     grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
-    matmul_kernel[grid](
+    (kernel or matmul_kernel)[grid](
         a, b, c, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
         BLOCK_SIZE_M=cfg.BM, BLOCK_SIZE_N=cfg.BN, BLOCK_SIZE_K=cfg.BK,
@@ -208,6 +221,24 @@ def matmul(a, b, c, *, group_size_m=GROUP_SIZE_M, config=None):
 def rowmajor(a, b, c):
     """The same kernel with GROUP_SIZE_M = 1: programs walk the tiles of C row by row."""
     return matmul(a, b, c, group_size_m=1)
+
+
+def asm(dtype=torch.float16, *, config=None, group_size_m=GROUP_SIZE_M, cc=(9, 0), size=4096,
+        kernel=None):
+    """What the GPU configuration compiles to for ``cc`` (default: Hopper, sm_90), as for a
+    contiguous ``size``-cubed product: ``{'ttgir', 'ptx', 'sass', 'shared', 'num_warps'}``.
+    Needs no GPU (see :mod:`gemm_lessons.triton_asm`)."""
+    from .. import triton_asm
+    cfg = config or GPU_CONFIG[dtype]
+    name = str(dtype).replace("torch.", "")
+    args = {"a_ptr": name, "b_ptr": name, "c_ptr": name, "M": size, "N": size, "K": size,
+            "stride_am": size, "stride_ak": 1, "stride_bk": size, "stride_bn": 1,
+            "stride_cm": size, "stride_cn": 1}
+    constants = {"BLOCK_SIZE_M": cfg.BM, "BLOCK_SIZE_N": cfg.BN, "BLOCK_SIZE_K": cfg.BK,
+                 "GROUP_SIZE_M": group_size_m,
+                 "INPUT_PRECISION": "ieee" if dtype == torch.float32 else "tf32"}
+    return triton_asm.compile_kernel(kernel or matmul_kernel, args, constants,
+                                     num_warps=cfg.num_warps, num_stages=cfg.num_stages, cc=cc)
 
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
