@@ -1,0 +1,175 @@
+"""128-bit (float4) loads and stores for numba's fp32 SIMT kernels (lesson 04).
+
+CUDA C++ writes ``float4 v = reinterpret_cast<const float4*>(p)[i]`` and gets one 128-bit
+instruction (``ld.global.v4.f32``, ``ld.shared.v4.f32``). numba has no float4 type, and its
+compiler does not merge four neighbouring ``float32`` loads into one: it cannot prove that
+the address is 16-byte aligned (check: ``python -m gemm_lessons ptx k04_2d_tiling`` shows
+only scalar ``ld.shared.f32``). So this module adds four functions that a kernel calls like
+any other, each compiled to exactly one vector instruction:
+
+=============================== ================================ ==========================
+call (in a ``@cuda.jit`` kernel) what it does                      PTX instruction
+=============================== ================================ ==========================
+``v = ld_global_v4(A, r, c)``   ``(A[r,c], A[r,c+1], A[r,c+2],   ``ld.global.nc.v4.f32``
+                                A[r,c+3])`` from global memory
+``v = ld_shared_v4(sA, r, c)``  the same from a shared array      ``ld.shared.v4.f32``
+``st_shared_v4(sB, r, c, v)``   ``sB[r, c:c+4] = v``              ``st.shared.v4.f32``
+``st_global_v4(C, r, c, v)``    ``C[r, c:c+4] = v``               ``st.global.v4.f32``
+=============================== ================================ ==========================
+
+``v`` is a tuple of four float32 (unpack it: ``a0, a1, a2, a3 = ld_shared_v4(...)``).
+
+Rules the caller keeps (the hardware faults otherwise, "misaligned address"):
+
+* ``arr`` is a 2-D float32 array whose rows are contiguous (unit column stride);
+* ``arr[r, c]`` is 16-byte aligned: ``c`` is a multiple of 4, the row stride is a multiple
+  of 4 elements and the array starts on a 16-byte boundary. Shared arrays get that from
+  ``cuda.shared.array(shape, float32, alignment=SMEM_ALIGN)``; global operands from the
+  launcher (lesson 04's launcher copies an operand that is not aligned);
+* ``ld_global_v4`` reads through the read-only (non-coherent) cache: only for arrays the
+  kernel does not write.
+
+How: each function is a numba ``@intrinsic`` that computes the element's address as
+numba's own indexing does (no negative-index wrap-around, no bounds check), casts it to a
+pointer to ``<4 x float>`` in the right address space (1 = global, 3 = shared) and emits
+one LLVM vector load or store with ``align 16``. LLVM turns that into the PTX above. A plain
+LLVM instruction, unlike an inline-``asm`` block, leaves the compiler free to schedule and
+combine it (``ld.shared.v4.f32 [%r+512]`` uses the address offset for free).
+
+In numba's CUDA simulator (no GPU) the same names are plain Python functions with the same
+meaning, element by element, and they check the alignment rule on the column index.
+"""
+from __future__ import annotations
+
+from numba import config as _config
+
+__all__ = ["ld_global_v4", "ld_shared_v4", "st_shared_v4", "st_global_v4", "SMEM_ALIGN",
+           "SIMULATED"]
+
+SIMULATED = bool(_config.ENABLE_CUDASIM)
+
+# alignment= for cuda.shared.array: 16 bytes on the GPU; the simulator refuses the keyword
+# (its numpy arrays are 16-byte aligned anyway), so it gets None there.
+SMEM_ALIGN = None if SIMULATED else 16
+
+
+def _misaligned(fn, c):
+    return IndexError(f"{fn}: column {c} is not a multiple of 4; a 128-bit access must start "
+                      "on a 16-byte boundary (the GPU stops with 'misaligned address')")
+
+
+if SIMULATED:
+    # ------------------------------------------------------------------ simulator: Python
+    def ld_global_v4(arr, r, c):
+        """(arr[r, c], arr[r, c+1], arr[r, c+2], arr[r, c+3]): one 128-bit global load."""
+        if c % 4:
+            raise _misaligned("ld_global_v4", c)
+        return (arr[r, c], arr[r, c + 1], arr[r, c + 2], arr[r, c + 3])
+
+    def ld_shared_v4(arr, r, c):
+        """(arr[r, c], ..., arr[r, c+3]): one 128-bit shared-memory load."""
+        if c % 4:
+            raise _misaligned("ld_shared_v4", c)
+        return (arr[r, c], arr[r, c + 1], arr[r, c + 2], arr[r, c + 3])
+
+    def st_shared_v4(arr, r, c, v):
+        """arr[r, c:c+4] = v: one 128-bit shared-memory store."""
+        if c % 4:
+            raise _misaligned("st_shared_v4", c)
+        arr[r, c] = v[0]
+        arr[r, c + 1] = v[1]
+        arr[r, c + 2] = v[2]
+        arr[r, c + 3] = v[3]
+
+    def st_global_v4(arr, r, c, v):
+        """arr[r, c:c+4] = v: one 128-bit global store."""
+        if c % 4:
+            raise _misaligned("st_global_v4", c)
+        arr[r, c] = v[0]
+        arr[r, c + 1] = v[1]
+        arr[r, c + 2] = v[2]
+        arr[r, c + 3] = v[3]
+
+else:
+    # ------------------------------------------------------------------ GPU: LLVM vector ops
+    from llvmlite import ir
+    from numba import types
+    from numba.core.errors import TypingError
+    from numba.cuda import cgutils
+    from numba.cuda.extending import intrinsic
+
+    _F4 = types.UniTuple(types.float32, 4)
+    _VEC = ir.VectorType(ir.FloatType(), 4)
+    _GLOBAL, _SHARED = 1, 3          # NVPTX address spaces
+
+    def _check_types(fn, arr, r, c):
+        if not (isinstance(arr, types.Array) and arr.dtype == types.float32 and arr.ndim == 2):
+            raise TypingError(f"{fn} takes a 2-D float32 array, got {arr}")
+        if not (isinstance(r, types.Integer) and isinstance(c, types.Integer)):
+            raise TypingError(f"{fn} takes integer indices, got {r} and {c}")
+
+    def _vec_ptr(context, builder, sig, args, addrspace):
+        """<4 x float> addrspace(N)* to arr[r, c] (numba's indexing, no wrap-around)."""
+        aryty, rty, cty = sig.args[:3]
+        ary = context.make_array(aryty)(context, builder, value=args[0])
+        inds = [context.cast(builder, args[1], rty, types.intp),
+                context.cast(builder, args[2], cty, types.intp)]
+        ptr = cgutils.get_item_pointer(context, builder, aryty, ary, inds, wraparound=False)
+        return builder.addrspacecast(builder.bitcast(ptr, _VEC.as_pointer()),
+                                     _VEC.as_pointer(addrspace))
+
+    def _unpack(context, builder, vec):
+        i32 = ir.IntType(32)
+        vals = [builder.extract_element(vec, i32(k)) for k in range(4)]
+        return context.make_tuple(builder, _F4, vals)
+
+    def _pack(builder, tup):
+        vec = ir.Constant(_VEC, ir.Undefined)
+        i32 = ir.IntType(32)
+        for k in range(4):
+            vec = builder.insert_element(vec, builder.extract_value(tup, k), i32(k))
+        return vec
+
+    @intrinsic
+    def ld_global_v4(typingctx, arr, r, c):
+        """(arr[r, c], ..., arr[r, c+3]) in one ``ld.global.nc.v4.f32``."""
+        _check_types("ld_global_v4", arr, r, c)
+
+        def codegen(context, builder, sig, args):
+            ptr = _vec_ptr(context, builder, sig, args, _GLOBAL)
+            ld = builder.load(ptr, align=16)
+            # read-only for the kernel's lifetime: lets LLVM use the non-coherent path
+            ld.set_metadata("invariant.load", builder.module.add_metadata([]))
+            return _unpack(context, builder, ld)
+        return _F4(arr, r, c), codegen
+
+    @intrinsic
+    def ld_shared_v4(typingctx, arr, r, c):
+        """(arr[r, c], ..., arr[r, c+3]) in one ``ld.shared.v4.f32``."""
+        _check_types("ld_shared_v4", arr, r, c)
+
+        def codegen(context, builder, sig, args):
+            ptr = _vec_ptr(context, builder, sig, args, _SHARED)
+            return _unpack(context, builder, builder.load(ptr, align=16))
+        return _F4(arr, r, c), codegen
+
+    def _store(fn, addrspace):
+        @intrinsic
+        def store(typingctx, arr, r, c, v):
+            _check_types(fn, arr, r, c)
+            if not (isinstance(v, types.BaseTuple) and len(v) == 4):
+                raise TypingError(f"{fn} stores a tuple of 4 float32, got {v}")
+
+            def codegen(context, builder, sig, args):
+                vals = [context.cast(builder, builder.extract_value(args[3], k), t,
+                                     types.float32) for k, t in enumerate(sig.args[3])]
+                tup = context.make_tuple(builder, _F4, vals)
+                ptr = _vec_ptr(context, builder, sig, args, addrspace)
+                builder.store(_pack(builder, tup), ptr, align=16)
+                return context.get_dummy_value()
+            return types.void(arr, r, c, v), codegen
+        store.__doc__ = f"arr[r, c:c+4] = v in one st.{'global' if addrspace == 1 else 'shared'}.v4.f32"
+        return store
+
+    st_shared_v4 = _store("st_shared_v4", _SHARED)
+    st_global_v4 = _store("st_global_v4", _GLOBAL)
