@@ -41,14 +41,17 @@ def test_every_gpu_config_fits_in_shared_memory():
     assert k08.smem_bytes(too_big, torch.float16) > k08.SMEM_LIMIT
 
 
-def test_pruning_picks_the_dtypes_configs():
-    a16 = torch.empty(2, 2, dtype=torch.float16)
-    a32 = torch.empty(2, 2, dtype=torch.float32)
+def test_pruning_picks_the_dtypes_configs_and_skips_idle_ones():
     every = k08.CONFIGS + k08.FP32_CONFIGS
-    assert k08.prune_for_gpu(every, a16.dtype) == k08.CONFIGS
-    assert k08.prune_for_gpu(every, a32.dtype) == k08.FP32_CONFIGS
+    assert k08.prune_for_gpu(every, torch.float16, 4096, 4096, sms=132) == k08.CONFIGS
+    assert k08.prune_for_gpu(every, torch.float32, 4096, 4096, sms=132) == k08.FP32_CONFIGS
+    # 512 x 512: no config gives 132 SMs a program; only the one with the most is timed
+    small = k08.prune_for_gpu(every, torch.float16, 512, 512, sms=132)
+    assert [k08.programs(c, 512, 512) for c in small] == [32]
+    assert small[0].kwargs["BLOCK_SIZE_N"] == 64
     if gl.engine().kind != "cuda":
-        assert k08.prune(every, {"a_ptr": a16}) == [k08.INTERPRETER_CONFIG]
+        a16 = torch.empty(2, 2, dtype=torch.float16)
+        assert k08.prune(every, {"a_ptr": a16, "M": 2, "N": 2}) == [k08.INTERPRETER_CONFIG]
 
 
 def test_the_autotuner_times_every_config_with_a_cpu_timer():

@@ -19,6 +19,9 @@ shared memory and 64K registers per SM):
 * num_stages: the depth of the cp.async pipeline (lesson 06 wrote two by hand). Shared
   memory per stage is (BM + BN) x BK x 2 bytes: 48 KB for 128 x 256 x 64, so 3 stages use
   144 KB and 4 use 192 KB; the pruner drops any config over 227 KB.
+* Pruning: every config is compiled and timed once per new key, so the pruner skips what
+  cannot win: configs over the shared-memory limit, and on small outputs, where no config
+  gives all 132 SMs a program, all but the config(s) with the most programs.
 * GROUP_SIZE_M = 8 everywhere: lesson 07's grouped order. It is a parameter, so a config
   could tune it too; at these sizes it matters less than the tile.
 
@@ -44,7 +47,7 @@ from . import Kernel
 from .k07_triton_swizzle import DTYPES, matmul_kernel, operands, TileConfig, check_offsets
 
 __all__ = ["CONFIGS", "FP32_CONFIGS", "INTERPRETER_CONFIG", "autotune", "matmul_autotuned",
-           "prune", "cpu_timer", "smem_bytes", "matmul", "chosen_config", "tile_config"]
+           "prune", "prune_for_gpu", "programs", "sm_count", "cpu_timer", "smem_bytes", "matmul", "chosen_config", "tile_config"]
 
 
 def _config(BM, BN, BK, num_warps, num_stages, group_size_m=8):
@@ -83,13 +86,38 @@ def smem_bytes(config, dtype):
     return config.num_stages * per_stage
 
 
+def programs(config, M, N):
+    """How many programs (tiles of C) a config launches for an M x N product."""
+    kw = config.kwargs
+    return triton.cdiv(M, kw["BLOCK_SIZE_M"]) * triton.cdiv(N, kw["BLOCK_SIZE_N"])
+
+
+def sm_count():
+    """Multiprocessors of this GPU (132 on an H200, and without a GPU)."""
+    if engines.on_gpu():
+        return torch.cuda.get_device_properties(0).multi_processor_count
+    return 132
+
+
+def prune_for_gpu(configs, dtype, M, N, sms=None):
+    """The configs worth timing for ``dtype`` operands and an M x N output: the list for
+    the dtype (tensor cores, or fp32), those that fit in shared memory, and of those the ones
+    that give every multiprocessor a program, or else the one(s) with the most programs."""
+    sms = sm_count() if sms is None else sms
+    wanted = FP32_CONFIGS if dtype == torch.float32 else CONFIGS
+    fit = [c for c in configs if c in wanted and smem_bytes(c, dtype) <= SMEM_LIMIT]
+    busy = [c for c in fit if programs(c, M, N) >= sms]
+    if busy:
+        return busy
+    most = max(programs(c, M, N) for c in fit)
+    return [c for c in fit if programs(c, M, N) == most]
+
+
 def prune(configs, named_args, **kwargs):
     """``early_config_prune``: the configs worth timing for these arguments."""
     if not engines.on_gpu():
         return [INTERPRETER_CONFIG]
-    dtype = named_args["a_ptr"].dtype
-    wanted = FP32_CONFIGS if dtype == torch.float32 else CONFIGS
-    return [c for c in configs if c in wanted and smem_bytes(c, dtype) <= SMEM_LIMIT]
+    return prune_for_gpu(configs, named_args["a_ptr"].dtype, named_args["M"], named_args["N"])
 
 
 def cpu_timer(fn, quantiles=None, reps=3):
