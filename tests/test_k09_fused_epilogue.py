@@ -7,14 +7,12 @@ leak), a broadcast operand reaches the kernel as a stride-0 view of the caller's
 (no copy), so does a transposed one, split-K sums every slice before the epilogue, and the
 checks fail on a GEMM that gets these wrong.
 """
-import math
-
 import gemm_lessons as gl  # first: it switches on Triton's interpreter when there is no GPU
 import pytest
 import torch
 import torch.nn.functional as F
 
-from gemm_lessons import engines, harness
+from gemm_lessons import engines
 from gemm_lessons.kernels import k09_fused_epilogue as k09
 
 KERNELS = ["k09_fused_epilogue", "k09_split_k"]
@@ -171,14 +169,6 @@ def test_the_nan_checks_can_fail(rec, monkeypatch):
 
 
 # ------------------------------------------------------------------ batches and strides
-def _arg(call, name):
-    """The tensor passed to the kernel as argument ``name``."""
-    grid, args, kwargs = call
-    names = k09.fused_gemm_kernel.arg_names if hasattr(k09.fused_gemm_kernel, "arg_names") \
-        else None
-    return args[names.index(name)] if names else None
-
-
 def _launched(rec):
     return rec[0].calls[0][1]        # positional args of the first GEMM launch
 

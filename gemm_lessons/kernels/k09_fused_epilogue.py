@@ -238,24 +238,26 @@ class Config:
 # Off the GPU (Triton's interpreter) every tile is 16 x 16 x 16: small shapes still have
 # several tiles, and several K steps, so masks and the split are exercised.
 SIMULATOR_CONFIG = Config(16, 16, 16, GROUP_SIZE_M=2, num_warps=1, num_stages=1)
-# On a GPU (chosen for H100/H200; tools/sweep_k09.py compares the alternatives):
+# On a GPU (H100/H200; tools/sweep_k09.py compares the alternatives on the machine):
+# fp16/bf16 tiles of 128 x 128 x 64, 8 warps, 3 stages: 96 KB of shared memory and about
+# 120 registers a thread (ptxas, sm_90, with gelu), so two programs share each SM and one's
+# epilogue (about 35 instructions an element for gelu) overlaps the other's K loop. A
+# 128 x 256 tile needs all 255 registers and spills in the gelu epilogue, one per SM.
+# fp32 with IEEE products runs on the FMA units: smaller tiles.
 GPU_CONFIGS = {
-    "fp16": Config(128, 256, 64, GROUP_SIZE_M=8, num_warps=8, num_stages=3),
+    "fp16": Config(128, 128, 64, GROUP_SIZE_M=8, num_warps=8, num_stages=3),
     "fp32": Config(64, 64, 32, GROUP_SIZE_M=8, num_warps=4, num_stages=3),
-    "split": Config(128, 128, 64, GROUP_SIZE_M=8, num_warps=4, num_stages=4),
     "epilogue": Config(32, 128, 1, num_warps=4, num_stages=1),   # the split-K second pass
 }
 
 
-def default_config(dtype, split=False) -> Config:
-    """The tile configuration for ``dtype`` (``split``: the split-K GEMM's, or "epilogue":
-    the second pass's) on this engine."""
+def default_config(dtype, epilogue=False) -> Config:
+    """The tile configuration for ``dtype`` on this engine (``epilogue``: the split-K
+    second pass's)."""
     if not engines.on_gpu():
         return SIMULATOR_CONFIG
-    if split == "epilogue":
+    if epilogue:
         return GPU_CONFIGS["epilogue"]
-    if split:
-        return GPU_CONFIGS["split"] if dtype != torch.float32 else GPU_CONFIGS["fp32"]
     return GPU_CONFIGS["fp32"] if dtype == torch.float32 else GPU_CONFIGS["fp16"]
 
 
@@ -316,7 +318,7 @@ def fused_gemm(a3, b3, c3, out, alpha=1.0, beta=0.0, bias=None, activation=None,
     c_args = (c3, *c3.stride()) if reads_c else (out, 0, 0, 0)   # never dereferenced if unread
     bias_args = (bias, bias.stride(0)) if bias is not None else (out, 0)
     if split_k == "auto":
-        cfg = config or default_config(a3.dtype, split=True)
+        cfg = config or default_config(a3.dtype)
         split_k = split_k_rule(M, N, K, B, block_m=cfg.BLOCK_SIZE_M, block_n=cfg.BLOCK_SIZE_N,
                                block_k=cfg.BLOCK_SIZE_K, sms=num_sms(a3.device))
     if not reads_ab:
@@ -325,7 +327,7 @@ def fused_gemm(a3, b3, c3, out, alpha=1.0, beta=0.0, bias=None, activation=None,
         _splitk_epilogue(None, 0, c_args, bias_args, out, alpha, beta, reads_c,
                          bias is not None, act)
         return out
-    cfg = config or default_config(a3.dtype, split=split_k > 1)
+    cfg = config or default_config(a3.dtype)
     BM, BN, BK = cfg.BLOCK_SIZE_M, cfg.BLOCK_SIZE_N, cfg.BLOCK_SIZE_K
     common = dict(IEEE=a3.dtype == torch.float32,
                   UPCAST=a3.dtype == torch.bfloat16 and _interpreted(),
@@ -359,7 +361,7 @@ def fused_gemm(a3, b3, c3, out, alpha=1.0, beta=0.0, bias=None, activation=None,
 def _splitk_epilogue(ws, S, c_args, bias_args, out, alpha, beta, has_c, has_bias, act):
     """Launch the second pass: sum S partials of ``ws`` (S may be 0), then the epilogue."""
     B, M, N = out.shape
-    cfg = default_config(out.dtype, split="epilogue")
+    cfg = default_config(out.dtype, epilogue=True)
     BM, BN = cfg.BLOCK_SIZE_M, cfg.BLOCK_SIZE_N
     ws_args = (ws, *ws.stride()[:3]) if ws is not None else (out, 0, 0, 0)
     grid = (triton.cdiv(M, BM), triton.cdiv(N, BN), B)
@@ -379,7 +381,7 @@ def gemm_split(a3, b3, c3, out, alpha, beta, bias, activation):
     """The Kernel ``gemm`` hook of k09_split_k: always the two-pass split-K path, with the
     rule's number of slices (at least 2 where K has 2 steps)."""
     B, M, K = a3.shape
-    cfg = default_config(a3.dtype, split=True)
+    cfg = default_config(a3.dtype)
     s = split_k_rule(M, b3.shape[2], K, B, block_m=cfg.BLOCK_SIZE_M,
                      block_n=cfg.BLOCK_SIZE_N, block_k=cfg.BLOCK_SIZE_K,
                      sms=num_sms(a3.device))
@@ -503,7 +505,7 @@ def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gel
 
 
 def bench_split_k(M=256, N=256, K=65536, dtype=torch.float16, *, splits=(1, "auto"),
-                  seed=0):
+                  config=None, seed=0):
     """Time the same GEMM with several split-K settings (1 = no split, "auto" = the rule,
     or a number of slices) and cuBLAS, in one run, after checking each. Returns
     {label: ms}; empty on the simulator."""
@@ -516,14 +518,15 @@ def bench_split_k(M=256, N=256, K=65536, dtype=torch.float16, *, splits=(1, "aut
     times = {}
     for s in splits:
         def run(s=s):
-            return fused_gemm(a.unsqueeze(0), b.unsqueeze(0), None, out, split_k=s)
+            return fused_gemm(a.unsqueeze(0), b.unsqueeze(0), None, out, split_k=s,
+                              config=config)
         out.fill_(float("nan"))
         run()
         ok, rel, _ = harness.compare(out[0], ref, a, b, dtype)
         if not ok:
             raise harness.CheckError(f"split_k={s} is wrong: relative error {rel:.1e}")
         if s == "auto":
-            cfg = default_config(dtype, split=True)
+            cfg = config or default_config(dtype)
             n = split_k_rule(M, N, K, block_m=cfg.BLOCK_SIZE_M, block_n=cfg.BLOCK_SIZE_N,
                              block_k=cfg.BLOCK_SIZE_K, sms=num_sms(a.device))
             label = f"split_k=auto ({n})"
@@ -538,12 +541,12 @@ def bench_split_k(M=256, N=256, K=65536, dtype=torch.float16, *, splits=(1, "aut
 KERNELS = [
     Kernel("k09_fused_epilogue", 9, "triton", DTYPES,
            "alpha, beta*C, bias and activation fused after the K loop; batched, any strides",
-           launch=launch, gemm=gemm_auto, source=fused_gemm_kernel,
+           launch=launch, gemm=gemm_auto, source=fused_gemm_kernel, min_cc=(8, 0),
            features=frozenset({"alpha_beta", "bias", "activation", "batched"})),
     Kernel("k09_split_k", 9, "triton", DTYPES,
            "K cut into slices on separate SMs, fp32 partials summed in a second pass, then "
            "the epilogue",
-           launch=launch_split, gemm=gemm_split, source=splitk_epilogue_kernel,
+           launch=launch_split, gemm=gemm_split, source=splitk_epilogue_kernel, min_cc=(8, 0),
            features=frozenset({"alpha_beta", "bias", "activation", "batched"}),
            in_ladder=False),
 ]
