@@ -1,0 +1,257 @@
+"""Lesson 06: cp.async pipelines: copies that run while the tensor cores work.
+
+Lesson 05 loads a tile, waits (``syncthreads``), computes, waits again: while the tile
+travels from global memory nothing computes, and while the warps compute nothing travels.
+``cp.async`` (compute capability 8.0) starts a copy from global straight to shared memory
+(no registers in between) and lets the thread go on. With STAGES shared buffers the kernel
+keeps STAGES - 1 tiles in flight while it computes on one:
+
+* STAGES = 2 is *double buffering*: load tile t + 1 while computing tile t;
+* STAGES = 3 or 4 hides latency better, at (STAGES x tile) bytes of shared memory.
+
+Per k-tile t: ``cp_async_wait_group(STAGES - 2)`` (tile t has landed, for this thread),
+``syncthreads`` (for every thread, and every warp has finished reading the buffer that the
+next copy overwrites), issue the copies of tile t + STAGES - 1, ``cp_async_commit_group``,
+then the tensor-core math of tile t (WMMA, as in lesson 05). One barrier per k-tile.
+
+Epilogue (BLAS): ``Out = alpha * A @ B + beta * C``; ``beta == 0`` never reads C, and
+``alpha == 0`` never reads A or B (the K loop runs zero times).
+
+Shapes and strides: the kernel predicates every copy with the zero-filling form of
+cp.async (``cp_async16_zfill``: rows past M, columns past N or K read 0 bytes and write
+zeros), so any M, N, K work in the kernel. A 16-byte copy needs 16-byte-aligned rows: an
+operand that is row-major with a row stride that is a multiple of 8 elements and an aligned
+start goes to the kernel as it is; any other (transposed, sliced, K or N not a multiple of
+8) is first copied by the launcher into a zero-padded, aligned buffer.
+"""
+from functools import lru_cache
+
+import numpy as np
+import torch
+from numba import cuda, float32, int16
+from numba.types import float16
+
+from .. import engines
+from .. import ptx
+from ..ptx import (FRAG_AB, FRAG_C, SMEM_ALIGN, cp_async16_zfill, cp_async_commit_group,
+                   cp_async_wait_group, wmma_load_a, wmma_load_b, wmma_mma, wmma_store_d)
+from . import FP16_BF16, Kernel
+
+PAD = 8          # elements of padding per shared row: 16 bytes, keeps ldmatrix conflict-free
+GPU_CONFIG = dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4)
+SIM_CONFIG = dict(BM=32, BN=32, BK=16, WM=16, WN=16, STAGES=3)
+GROUP_M = 8      # blocks that share a band of B run together (L2 reuse)
+
+
+@lru_cache(maxsize=None)
+def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=True):
+    """The pipelined WMMA kernel for one configuration. ``wait=False`` builds the broken
+    variant that forgets ``cp_async_wait_group`` (lesson 06 shows what it computes)."""
+    dt = int16 if bf16 else float16                      # bf16 travels as its 16 bits
+    to_f32 = ptx.bf16_to_f32 if bf16 else ptx.f16_to_f32
+    to_out = ptx.f32_to_bf16 if bf16 else ptx.f32_to_f16
+    WARPS_M, WARPS_N = BM // WM, BN // WN
+    NT = 32 * WARPS_M * WARPS_N                          # threads per block
+    FM, FN = WM // 16, WN // 16                          # fragments per warp
+    LDA, LDB = BK + PAD, BN + PAD                        # shared row strides (elements)
+    A_STAGE, B_STAGE = BM * LDA, BK * LDB                # elements per stage
+    B_BASE = STAGES * A_STAGE                            # sB follows the A stages
+    A_CPR, B_CPR = BK // 8, BN // 8                      # 16-byte chunks per tile row
+    A_ITERS = (BM * A_CPR + NT - 1) // NT                # chunks per thread per tile
+    B_ITERS = (BK * B_CPR + NT - 1) // NT
+    WAIT = STAGES - 2                                    # groups left in flight
+    LDC = WN + 4                                         # epilogue scratch row (floats)
+    C_WARP = 16 * LDC                                    # scratch floats per warp
+    OUT_ITERS = 16 * WN // 32                            # epilogue elements per lane
+    SMEM_BYTES = max(2 * STAGES * (A_STAGE + B_STAGE), 4 * C_WARP * NT // 32)
+    assert STAGES >= 2 and BK % 16 == 0 and WM % 16 == 0 and WN % 16 == 0
+    assert BM % WM == 0 and BN % WN == 0
+
+    @cuda.jit
+    def cp_async_gemm(A, B, C, Out, M, N, K, lda, ldb, alpha, beta):
+        # A: (M, K) and B: (K, N) as flat arrays with row strides lda, ldb (16-byte rows);
+        # C: read when beta != 0; Out: (M, N), written; alpha, beta: float32
+        smem = cuda.shared.array(0, dt, alignment=SMEM_ALIGN)     # STAGES x (sA, sB)
+        sC = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)  # epilogue (same memory)
+        rA = cuda.local.array((FM, FRAG_AB), dt)
+        rB = cuda.local.array((FN, FRAG_AB), dt)
+        acc = cuda.local.array((FM, FN, FRAG_C), float32)
+
+        tid = cuda.threadIdx.x
+        warp, lane = tid // 32, tid % 32
+        wm, wn = warp // WARPS_N, warp % WARPS_N
+        # -- block order: GROUP_M bands of blocks walk across N together (L2 reuse)
+        pid = cuda.blockIdx.x
+        n_m, n_n = (M + BM - 1) // BM, (N + BN - 1) // BN
+        first_m = (pid // (GROUP_M * n_n)) * GROUP_M
+        group_m = min(n_m - first_m, GROUP_M)
+        bm = (first_m + (pid % (GROUP_M * n_n)) % group_m) * BM
+        bn = ((pid % (GROUP_M * n_n)) // group_m) * BN
+
+        for i in range(FM):
+            for j in range(FN):
+                for r in range(FRAG_C):
+                    acc[i, j, r] = 0.0
+        k_tiles = (K + BK - 1) // BK if alpha != 0 else 0  # alpha == 0: no product
+
+        def issue(t):
+            # start the copies of k-tile t into stage t % STAGES (zeros outside A, B)
+            if t < k_tiles:
+                k0 = t * BK
+                sa = (t % STAGES) * A_STAGE
+                sb = B_BASE + (t % STAGES) * B_STAGE
+                for it in range(A_ITERS):
+                    ch = tid + it * NT
+                    if ch < BM * A_CPR:
+                        r, c = ch // A_CPR, (ch % A_CPR) * 8
+                        nbytes = 0
+                        if bm + r < M and k0 + c < K:
+                            nbytes = min(16, (K - k0 - c) * 2)
+                        src = (bm + r) * lda + k0 + c if nbytes > 0 else 0
+                        cp_async16_zfill(smem, sa + r * LDA + c, A, src, nbytes)
+                for it in range(B_ITERS):
+                    ch = tid + it * NT
+                    if ch < BK * B_CPR:
+                        r, c = ch // B_CPR, (ch % B_CPR) * 8
+                        nbytes = 0
+                        if k0 + r < K and bn + c < N:
+                            nbytes = min(16, (N - bn - c) * 2)
+                        src = (k0 + r) * ldb + bn + c if nbytes > 0 else 0
+                        cp_async16_zfill(smem, sb + r * LDB + c, B, src, nbytes)
+            cp_async_commit_group()          # one group per tile (empty past the end)
+
+        # -- prologue: STAGES - 1 tiles in flight
+        for s in range(STAGES - 1):
+            issue(s)
+        # -- main loop
+        for t in range(k_tiles):
+            if wait:                         # (False only in the broken variant)
+                cp_async_wait_group(WAIT)    # tile t has landed (this thread's copies)
+            cuda.syncthreads()               # ... everyone's; stage (t-1) is free
+            issue(t + STAGES - 1)
+            sa = (t % STAGES) * A_STAGE + wm * WM * LDA
+            sb = B_BASE + (t % STAGES) * B_STAGE + wn * WN
+            for kk in range(0, BK, 16):
+                for i in range(FM):
+                    wmma_load_a(rA[i], smem, sa + i * 16 * LDA + kk, LDA, "row")
+                for j in range(FN):
+                    wmma_load_b(rB[j], smem, sb + kk * LDB + j * 16, LDB, "row")
+                for i in range(FM):
+                    for j in range(FN):
+                        wmma_mma(acc[i, j], rA[i], rB[j], "row", "row")
+        cp_async_wait_group(0)
+        cuda.syncthreads()                   # the pipeline's memory becomes the scratch
+
+        # -- epilogue: a 16-row strip of the warp tile at a time through shared memory
+        cw = warp * C_WARP
+        for i in range(FM):
+            for j in range(FN):
+                wmma_store_d(sC, cw + j * 16, LDC, acc[i, j], "row")
+            cuda.syncthreads()
+            for e in range(OUT_ITERS):
+                r, c = (e * 32 + lane) // WN, (e * 32 + lane) % WN  # lanes along a row
+                gr, gc = bm + wm * WM + i * 16 + r, bn + wn * WN + c
+                if gr < M and gc < N:
+                    v = alpha * sC[cw + r * LDC + c]
+                    if beta != 0:
+                        v += beta * to_f32(C[gr, gc])
+                    Out[gr, gc] = to_out(v)
+            cuda.syncthreads()
+
+    cp_async_gemm.threads = NT
+    cp_async_gemm.smem_bytes = SMEM_BYTES
+    cp_async_gemm.config = dict(BM=BM, BN=BN, BK=BK, WM=WM, WN=WN, STAGES=STAGES)
+    return cp_async_gemm
+
+
+# ------------------------------------------------------------------------------ launchers
+def _rows16(t):
+    """(flat tensor, row stride): ``t`` as 16-byte-aligned rows, copied (zero-padded to a
+    multiple of 8 columns) when it is not laid out that way already."""
+    R, C = t.shape
+    aligned = (t.stride(1) == 1 or C == 1) and t.data_ptr() % 16 == 0 and \
+        (R == 1 or (t.stride(0) % 8 == 0 and t.stride(0) >= C))
+    if aligned:
+        ld = t.stride(0) if R > 1 else (C + 7) // 8 * 8
+    else:
+        ld = (C + 7) // 8 * 8
+        padded = torch.zeros(R, ld, dtype=t.dtype, device=t.device)
+        padded[:, :C] = t
+        t = padded
+    flat = t.as_strided(((R - 1) * ld + C,), (1,))
+    return flat, ld
+
+
+_SMEM_SET = set()
+
+
+def _allow_smem(kernel, args, nbytes):
+    """Large pipelines need more than the 48 KiB of shared memory a kernel gets by default:
+    raise the kernel's limit (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES)."""
+    if nbytes <= 48 * 1024 or not engines.on_gpu():
+        return
+    compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
+    key = id(compiled)
+    if key in _SMEM_SET:
+        return
+    from numba.cuda.cudadrv.driver import binding, driver
+    fn = compiled._codelibrary.get_cufunc()
+    attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    driver.cuKernelSetAttribute(attr, nbytes, fn.handle, fn.device.id)
+    _SMEM_SET.add(key)
+
+
+def _check_bf16(dtype):
+    eng = engines.engine()
+    if dtype == torch.bfloat16 and eng.kind == "cuda" and eng.capability < (8, 0):
+        raise ValueError(f"bf16 tensor cores need compute capability 8.0; {eng.device_name} "
+                         "has " + ".".join(map(str, eng.capability)) + ": use float16")
+
+
+def _config():
+    return GPU_CONFIG if engines.on_gpu() else SIM_CONFIG
+
+
+def run(a, b, c, out, alpha=1.0, beta=0.0, config=None, wait=True):
+    """``out = alpha * a @ b + beta * c`` with the cp.async pipeline; ``c`` may be None when
+    ``beta == 0`` (never read then). ``config`` overrides the tile configuration."""
+    _check_bf16(a.dtype)
+    cfg = dict(_config(), **(config or {}))
+    kernel = make_kernel(**cfg, bf16=a.dtype == torch.bfloat16, wait=wait)
+    M, K = a.shape
+    N = b.shape[1]
+    A, lda = _rows16(a)
+    B, ldb = _rows16(b)
+    Cin = c if (c is not None and beta != 0) else out       # beta == 0: never read
+    args = (engines.as_numba(A), engines.as_numba(B), engines.as_numba(Cin),
+            engines.as_numba(out), M, N, K, lda, ldb, np.float32(alpha), np.float32(beta))
+    grid = ((M + cfg["BM"] - 1) // cfg["BM"]) * ((N + cfg["BN"] - 1) // cfg["BN"])
+    _allow_smem(kernel, args, kernel.smem_bytes)
+    kernel[grid, kernel.threads, engines.numba_stream(), kernel.smem_bytes](*args)
+
+
+def cp_async(a, b, c):
+    """C = A @ B with a STAGES-deep cp.async pipeline feeding WMMA (fp16/bf16 in, fp32
+    accumulation). Any shape: copies are predicated in the kernel (zero-fill); operands
+    whose rows are not 16-byte aligned are copied by the launcher into a padded buffer."""
+    run(a, b, None, c)
+
+
+def cp_async_gemm(a3, b3, c3, out, alpha, beta, bias, activation):
+    """gl.gemm hook: ``out = alpha * a @ b + beta * c`` (3-D views with one batch)."""
+    run(a3[0], b3[0], None if c3 is None else c3[0], out[0], alpha, beta)
+
+
+def _ptx(cc, bf16=False):
+    dt = "int16" if bf16 else "float16"
+    return (make_kernel(**GPU_CONFIG, bf16=bf16).py_func,
+            f"void({dt}[::1], {dt}[::1], {dt}[:, :], {dt}[:, ::1], int64, int64, int64, "
+            f"int64, int64, float32, float32)")
+
+
+KERNELS = [
+    Kernel("k06_cp_async", 6, "numba", FP16_BF16,
+           "WMMA fed by a multi-stage cp.async pipeline; alpha/beta epilogue",
+           launch=cp_async, min_cc=(8, 0), ptx=_ptx, source=make_kernel,
+           gemm=cp_async_gemm, features=frozenset({"alpha_beta"})),
+]
