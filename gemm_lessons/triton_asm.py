@@ -23,7 +23,7 @@ import re
 import subprocess
 import sys
 
-__all__ = ["compile_kernel", "grep"]
+__all__ = ["compile_kernel", "compile_kernels", "grep"]
 
 _PTR = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32"}
 
@@ -98,22 +98,32 @@ def compile_kernel(fn, args, constants, *, num_warps=4, num_stages=3, cc=(9, 0))
     Triton specialises on). ``constants``: the constexpr arguments. Returns
     ``{'ttgir', 'ptx', 'sass', 'shared' (bytes), 'num_warps'}``.
     """
+    return compile_kernels([dict(fn=fn, args=args, constants=constants, num_warps=num_warps,
+                                 num_stages=num_stages, cc=cc)])[0]
+
+
+def compile_kernels(jobs):
+    """:func:`compile_kernel` for several ``dict(fn=, args=, constants=, num_warps=,
+    num_stages=, cc=)`` at once (one child process for all of them)."""
     from . import engines
-    qual = _qualname(fn)
-    cc = tuple(cc)
+    jobs = [dict(job, fn=_qualname(job["fn"]), cc=list(job.get("cc", (9, 0)))) for job in jobs]
     if engines.engine().kind in ("cuda", "compile") and os.environ.get("TRITON_INTERPRET") != "1":
-        return _compile_here(qual, args, constants, num_warps, num_stages, cc)
+        return [_run(job) for job in jobs]
     env = {k: v for k, v in os.environ.items()
            if k not in ("NUMBA_ENABLE_CUDASIM", "TRITON_INTERPRET")}
     env["GEMM_LESSONS_ENGINE"] = "compile"
     env.setdefault("TRITON_DEFAULT_FP_FUSION", "1")   # triton 3.9 warns when it is unset
-    job = json.dumps({"fn": qual, "args": args, "constants": constants,
-                      "num_warps": num_warps, "num_stages": num_stages, "cc": list(cc)})
-    proc = subprocess.run([sys.executable, "-m", "gemm_lessons.triton_asm"], input=job,
-                          env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "gemm_lessons.triton_asm"],
+                          input=json.dumps(jobs), env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"compiling {qual} failed:\n{proc.stderr.strip()[-3000:]}")
+        names = ", ".join(sorted({job["fn"] for job in jobs}))
+        raise RuntimeError(f"compiling {names} failed:\n{proc.stderr.strip()[-3000:]}")
     return json.loads(proc.stdout)
+
+
+def _run(job):
+    return _compile_here(job["fn"], job["args"], job["constants"], job.get("num_warps", 4),
+                         job.get("num_stages", 3), tuple(job["cc"]))
 
 
 def grep(text, pattern):
@@ -122,8 +132,6 @@ def grep(text, pattern):
 
 
 if __name__ == "__main__":
-    job = json.loads(sys.stdin.read())
+    jobs = json.loads(sys.stdin.read())
     import gemm_lessons  # noqa: F401  (decides the engine: 'compile', no interpreter)
-    out = _compile_here(job["fn"], job["args"], job["constants"], job["num_warps"],
-                        job["num_stages"], tuple(job["cc"]))
-    sys.stdout.write(json.dumps(out))
+    sys.stdout.write(json.dumps([_run(job) for job in jobs]))

@@ -46,7 +46,7 @@ from .. import engines
 from . import Kernel
 
 __all__ = ["matmul_kernel", "grouped_pid", "grouped_order", "program_order", "first_wave", "wave_traffic",
-           "TileConfig", "config_for", "check_offsets", "operands", "matmul", "rowmajor", "asm"]
+           "TileConfig", "config_for", "check_offsets", "operands", "matmul", "rowmajor", "asm_job", "asm"]
 
 
 # ------------------------------------------------------------------ the tile order
@@ -223,12 +223,11 @@ def rowmajor(a, b, c):
     return matmul(a, b, c, group_size_m=1)
 
 
-def asm(dtype=torch.float16, *, config=None, group_size_m=GROUP_SIZE_M, cc=(9, 0), size=4096,
-        kernel=None):
-    """What the GPU configuration compiles to for ``cc`` (default: Hopper, sm_90), as for a
-    contiguous ``size``-cubed product: ``{'ttgir', 'ptx', 'sass', 'shared', 'num_warps'}``.
-    Needs no GPU (see :mod:`gemm_lessons.triton_asm`)."""
-    from .. import triton_asm
+def asm_job(dtype=torch.float16, *, config=None, group_size_m=GROUP_SIZE_M, cc=(9, 0),
+            size=4096, kernel=None):
+    """The compilation of the GPU configuration for ``cc`` (default: Hopper, sm_90) as a
+    launch on a contiguous ``size``-cubed product would specialise it (for
+    :func:`gemm_lessons.triton_asm.compile_kernels`)."""
     cfg = config or GPU_CONFIG[dtype]
     name = str(dtype).replace("torch.", "")
     args = {"a_ptr": name, "b_ptr": name, "c_ptr": name, "M": size, "N": size, "K": size,
@@ -237,8 +236,15 @@ def asm(dtype=torch.float16, *, config=None, group_size_m=GROUP_SIZE_M, cc=(9, 0
     constants = {"BLOCK_SIZE_M": cfg.BM, "BLOCK_SIZE_N": cfg.BN, "BLOCK_SIZE_K": cfg.BK,
                  "GROUP_SIZE_M": group_size_m,
                  "INPUT_PRECISION": "ieee" if dtype == torch.float32 else "tf32"}
-    return triton_asm.compile_kernel(kernel or matmul_kernel, args, constants,
-                                     num_warps=cfg.num_warps, num_stages=cfg.num_stages, cc=cc)
+    return dict(fn=kernel or matmul_kernel, args=args, constants=constants,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages, cc=cc)
+
+
+def asm(dtype=torch.float16, **kw):
+    """What the GPU configuration compiles to (see :func:`asm_job`), with no GPU needed:
+    ``{'ttgir', 'ptx', 'sass', 'shared', 'num_warps'}``."""
+    from .. import triton_asm
+    return triton_asm.compile_kernels([asm_job(dtype, **kw)])[0]
 
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)

@@ -47,7 +47,7 @@ from . import Kernel
 from .k07_triton_swizzle import DTYPES, matmul_kernel, operands, TileConfig, check_offsets
 
 __all__ = ["CONFIGS", "FP32_CONFIGS", "INTERPRETER_CONFIG", "autotune", "matmul_autotuned",
-           "prune", "prune_for_gpu", "programs", "sm_count", "cpu_timer", "smem_bytes", "matmul", "chosen_config", "tile_config"]
+           "prune", "prune_for_gpu", "programs", "sm_count", "cpu_timer", "smem_bytes", "matmul", "chosen_config", "tile_config", "label", "time_configs"]
 
 
 def _config(BM, BN, BK, num_warps, num_stages, group_size_m=8):
@@ -183,6 +183,42 @@ def chosen_config(kernel=None):
     return (f"BLOCK_SIZE_M={kw['BLOCK_SIZE_M']}, BLOCK_SIZE_N={kw['BLOCK_SIZE_N']}, "
             f"BLOCK_SIZE_K={kw['BLOCK_SIZE_K']}, GROUP_SIZE_M={kw['GROUP_SIZE_M']}, "
             f"num_warps={cfg.num_warps}, num_stages={cfg.num_stages}")
+
+
+def label(config):
+    """A config in a few characters: BMxBNxBK, warps, stages."""
+    kw = config.kwargs
+    return (f"{kw['BLOCK_SIZE_M']}x{kw['BLOCK_SIZE_N']}x{kw['BLOCK_SIZE_K']} "
+            f"w{config.num_warps} s{config.num_stages}")
+
+
+def time_configs(sizes=(1024, 4096, 8192), dtype=torch.float16, configs=None):
+    """Every config timed on its own, at each size (M = N = K), against cuBLAS in the same
+    run, each checked first. Returns ``(config label, size, TFLOP/s, cuBLAS TFLOP/s)`` rows;
+    none without a GPU."""
+    from .. import harness
+    from .k07_triton_swizzle import matmul as run_config
+    if not engines.on_gpu():
+        return []
+    configs = (FP32_CONFIGS if dtype == torch.float32 else CONFIGS) if configs is None else configs
+    rows = []
+    for size in sizes:
+        a, b = harness.make_operands(size, size, size, dtype)
+        ref = harness.reference(a, b)
+        out = torch.empty(size, size, dtype=dtype, device=a.device)
+        base = harness.time_cuda(lambda: harness.cublas_matmul(a, b, out))
+        for cfg in configs:
+            def run():
+                run_config(a, b, out, config=tile_config(cfg), group_size_m=cfg.kwargs["GROUP_SIZE_M"])
+            out.fill_(float("nan"))
+            run()
+            if not harness.compare(out, ref, a, b, dtype)[0]:
+                raise harness.CheckError(f"config {label(cfg)} is wrong at {size}")
+            ms = harness.time_cuda(run)
+            rows.append((label(cfg), size, harness.tflops(size, size, size, ms),
+                         harness.tflops(size, size, size, base)))
+        del ref
+    return rows
 
 
 KERNELS = [
