@@ -154,10 +154,15 @@ if not SIMULATED:
             raise PTXUsageError(f"{fn}: {what} must have dtype {want} to match the data "
                                 f"({kind}), got {fty.dtype}")
 
-    def _shared_addr_asm(reg):
-        # generic pointer -> 32-bit shared-window address
-        return (f".reg .u64 ga; .reg .u32 sa; cvta.to.shared.u64 ga, {reg}; "
-                f"cvt.u32.u64 sa, ga; ")
+    def _smem_u32(builder, p):
+        """A generic pointer into shared memory as its 32-bit shared-window address. Done in
+        LLVM (addrspacecast), not in the asm, so that NVVM folds it into the shared array's
+        address and the PTX computes 32-bit offsets (no cvta per access)."""
+        return builder.ptrtoint(builder.addrspacecast(p, ir.IntType(8).as_pointer(3)), _I32)
+
+    def _gmem_u64(builder, p):
+        """A generic pointer into global memory as a .global address."""
+        return builder.ptrtoint(builder.addrspacecast(p, ir.IntType(8).as_pointer(1)), _I64)
 
     def _make_wmma_load(which):
         name = f"wmma_load_{which}"
@@ -180,13 +185,11 @@ if not SIMULATED:
                 p = _elem_ptr(context, builder, aty, a, ity, i)
                 regs = ",".join(f"${k}" for k in range(nreg))
                 asm = ir.InlineAsm(
-                    ir.FunctionType(ir.LiteralStructType([_I32] * nreg),
-                                    [ir.IntType(8).as_pointer(), _I32]),
-                    "{ " + _shared_addr_asm(f"${nreg}") +
+                    ir.FunctionType(ir.LiteralStructType([_I32] * nreg), [_I32, _I32]),
                     f"wmma.load.{which}.sync.aligned.{lay}.m16n16k16.shared.{kind} "
-                    f"{{{regs}}}, [sa], ${nreg + 1}; }}",
-                    "=r," * nreg + "l,r,~{memory}", side_effect=True)
-                res = builder.call(asm, [p, _as_i32(builder, l, lty)])
+                    f"{{{regs}}}, [${nreg}], ${nreg + 1};",
+                    "=r," * nreg + "r,r,~{memory}", side_effect=True)
+                res = builder.call(asm, [_smem_u32(builder, p), _as_i32(builder, l, lty)])
                 fp = _data_ptr(context, builder, fty, f, _I32)
                 for k in range(nreg):
                     builder.store(builder.extract_value(res, k),
@@ -280,9 +283,7 @@ if not SIMULATED:
 
     def _cp_async_asm(cache, nbytes, with_src_size):
         tail = ", $2" if with_src_size else ""
-        return ("{ .reg .u64 ga; .reg .u32 sa; .reg .u64 gg; "
-                "cvta.to.shared.u64 ga, $0; cvt.u32.u64 sa, ga; cvta.to.global.u64 gg, $1; "
-                f"cp.async.{cache}.shared.global [sa], [gg], {nbytes}{tail}; }}")
+        return f"cp.async.{cache}.shared.global [$0], [$1], {nbytes}{tail};"
 
     @intrinsic
     def _cp_async16(typingctx, dst, di, src, si):
@@ -292,12 +293,11 @@ if not SIMULATED:
         def codegen(context, builder, sig, args):
             dty, dity, sty, sity = sig.args
             d, dix, s, six = args
-            i8p = ir.IntType(8).as_pointer()
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i8p, i8p]),
-                               _cp_async_asm("cg", 16, False), "l,l,~{memory}",
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32, _I64]),
+                               _cp_async_asm("cg", 16, False), "r,l,~{memory}",
                                side_effect=True)
-            builder.call(asm, [_elem_ptr(context, builder, dty, d, dity, dix),
-                               _elem_ptr(context, builder, sty, s, sity, six)])
+            builder.call(asm, [_smem_u32(builder, _elem_ptr(context, builder, dty, d, dity, dix)),
+                               _gmem_u64(builder, _elem_ptr(context, builder, sty, s, sity, six))])
         return sig, codegen
 
     @intrinsic
@@ -311,12 +311,11 @@ if not SIMULATED:
         def codegen(context, builder, sig, args):
             dty, dity, sty, sity, nty = sig.args
             d, dix, s, six, n = args
-            i8p = ir.IntType(8).as_pointer()
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i8p, i8p, _I32]),
-                               _cp_async_asm("cg", 16, True), "l,l,r,~{memory}",
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32, _I64, _I32]),
+                               _cp_async_asm("cg", 16, True), "r,l,r,~{memory}",
                                side_effect=True)
-            builder.call(asm, [_elem_ptr(context, builder, dty, d, dity, dix),
-                               _elem_ptr(context, builder, sty, s, sity, six),
+            builder.call(asm, [_smem_u32(builder, _elem_ptr(context, builder, dty, d, dity, dix)),
+                               _gmem_u64(builder, _elem_ptr(context, builder, sty, s, sity, six)),
                                _as_i32(builder, n, nty)])
         return sig, codegen
 
@@ -334,12 +333,11 @@ if not SIMULATED:
         def codegen(context, builder, sig, args):
             dty, dity, sty, sity, _ = sig.args
             d, dix, s, six, _ = args
-            i8p = ir.IntType(8).as_pointer()
-            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [i8p, i8p]),
-                               _cp_async_asm("ca", n, False), "l,l,~{memory}",
+            asm = ir.InlineAsm(ir.FunctionType(ir.VoidType(), [_I32, _I64]),
+                               _cp_async_asm("ca", n, False), "r,l,~{memory}",
                                side_effect=True)
-            builder.call(asm, [_elem_ptr(context, builder, dty, d, dity, dix),
-                               _elem_ptr(context, builder, sty, s, sity, six)])
+            builder.call(asm, [_smem_u32(builder, _elem_ptr(context, builder, dty, d, dity, dix)),
+                               _gmem_u64(builder, _elem_ptr(context, builder, sty, s, sity, six))])
         return sig, codegen
 
     @intrinsic
@@ -505,6 +503,7 @@ else:
         a = _np(arr, fn, what)
         start = _addr(a) + _offset(a, idx, fn, what)
         isz = a.dtype.itemsize
+        ldm = int(ldm) if _is_int(ldm) else ldm
         if not _is_int(ldm) or ldm < 16:
             raise PTXUsageError(f"{fn}: ldm must be an integer >= 16, got {ldm}")
         if (ldm * isz) % 16:
@@ -608,6 +607,7 @@ else:
         if not _is_int(src_bytes) or not 0 <= src_bytes <= nbytes:
             raise PTXUsageError(f"{fn}: src_bytes must be an integer from 0 to {nbytes}, "
                                 f"got {src_bytes}")
+        nbytes, src_bytes = int(nbytes), int(src_bytes)
         doff = _offset(d, di, fn, "the shared destination")
         if doff % align:
             raise PTXUsageError(f"{fn}: the shared destination must be {align}-byte aligned "

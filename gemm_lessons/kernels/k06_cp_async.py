@@ -18,17 +18,19 @@ Epilogue (BLAS): ``Out = alpha * A @ B + beta * C``; ``beta == 0`` never reads C
 ``alpha == 0`` never reads A or B (the K loop runs zero times).
 
 Shapes and strides: the kernel predicates every copy with the zero-filling form of
-cp.async (``cp_async16_zfill``: rows past M, columns past N or K read 0 bytes and write
-zeros), so any M, N, K work in the kernel. A 16-byte copy needs 16-byte-aligned rows: an
-operand that is row-major with a row stride that is a multiple of 8 elements and an aligned
-start goes to the kernel as it is; any other (transposed, sliced, K or N not a multiple of
-8) is first copied by the launcher into a zero-padded, aligned buffer.
+cp.async (``cp_async16_zfill``: chunks past M or N read fewer or no bytes and write zeros).
+K is walked from its ragged end: tile 0 starts at k = -(k_tiles * BK - K), so only the
+first tile needs a K check and every later one is whole. A 16-byte copy needs
+16-byte-aligned rows, so the launcher passes an operand as it is when it is row-major with
+a row stride that is a multiple of 8 elements and an aligned start, and otherwise
+(transposed, sliced, N not a multiple of 8) copies it into a zero-padded aligned buffer;
+K not a multiple of 8 is zero-padded the same way (a copy of A and B).
 """
 from functools import lru_cache
 
 import numpy as np
 import torch
-from numba import cuda, float32, int16
+from numba import cuda, float32, int16, int32, int64
 from numba.types import float16
 
 from .. import engines
@@ -59,6 +61,8 @@ def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=
     A_CPR, B_CPR = BK // 8, BN // 8                      # 16-byte chunks per tile row
     A_ITERS = (BM * A_CPR + NT - 1) // NT                # chunks per thread per tile
     B_ITERS = (BK * B_CPR + NT - 1) // NT
+    A_EXACT = BM * A_CPR % NT == 0                       # every thread has A_ITERS chunks
+    B_EXACT = BK * B_CPR % NT == 0
     WAIT = STAGES - 2                                    # groups left in flight
     LDC = WN + 4                                         # epilogue scratch row (floats)
     C_WARP = 16 * LDC                                    # scratch floats per warp
@@ -93,42 +97,62 @@ def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=
                 for r in range(FRAG_C):
                     acc[i, j, r] = 0.0
         k_tiles = (K + BK - 1) // BK if alpha != 0 else 0  # alpha == 0: no product
+        shift = k_tiles * BK - K             # tile 0 starts at k = -shift: only it is ragged
 
-        def issue(t):
-            # start the copies of k-tile t into stage t % STAGES (zeros outside A, B)
+        # -- the copy plan, computed once: for each 16-byte chunk this thread copies, where
+        #    it goes in a stage, where it comes from (at k = 0), and how many of its bytes
+        #    are inside A or B (0 past M, fewer than 16 at the N edge; the rest zero-filled)
+        a_dst = cuda.local.array(A_ITERS, int32)
+        a_src = cuda.local.array(A_ITERS, int64)
+        a_col = cuda.local.array(A_ITERS, int32)
+        a_nb = cuda.local.array(A_ITERS, int32)
+        for it in range(A_ITERS):
+            r, c = (tid + it * NT) // A_CPR, ((tid + it * NT) % A_CPR) * 8
+            a_dst[it], a_col[it] = r * LDA + c, c
+            a_nb[it] = 16 if bm + r < M else 0
+            a_src[it] = (bm + r if bm + r < M else 0) * lda + c
+        b_dst = cuda.local.array(B_ITERS, int32)
+        b_src = cuda.local.array(B_ITERS, int64)
+        b_row = cuda.local.array(B_ITERS, int32)
+        b_nb = cuda.local.array(B_ITERS, int32)
+        for it in range(B_ITERS):
+            r, c = (tid + it * NT) // B_CPR, ((tid + it * NT) % B_CPR) * 8
+            b_dst[it], b_row[it] = r * LDB + c, r
+            b_nb[it] = min(16, max(0, (N - bn - c) * 2))
+            b_src[it] = r * ldb + (bn + c if bn + c < N else 0)
+
+        def issue(t, first):
+            # start the copies of k-tile t (k from t * BK - shift) into stage t % STAGES;
+            # only the first tile (first=True) has chunks before k = 0, copied as zeros
             if t < k_tiles:
-                k0 = t * BK
+                k0 = t * BK - shift
+                kb = k0 * ldb
                 sa = (t % STAGES) * A_STAGE
                 sb = B_BASE + (t % STAGES) * B_STAGE
                 for it in range(A_ITERS):
-                    ch = tid + it * NT
-                    if ch < BM * A_CPR:
-                        r, c = ch // A_CPR, (ch % A_CPR) * 8
-                        nbytes = 0
-                        if bm + r < M and k0 + c < K:
-                            nbytes = min(16, (K - k0 - c) * 2)
-                        src = (bm + r) * lda + k0 + c if nbytes > 0 else 0
-                        cp_async16_zfill(smem, sa + r * LDA + c, A, src, nbytes)
+                    if A_EXACT or tid + it * NT < BM * A_CPR:
+                        nb, src = a_nb[it], a_src[it] + k0
+                        if first and k0 + a_col[it] < 0:
+                            nb, src = 0, 0
+                        cp_async16_zfill(smem, sa + a_dst[it], A, src, nb)
                 for it in range(B_ITERS):
-                    ch = tid + it * NT
-                    if ch < BK * B_CPR:
-                        r, c = ch // B_CPR, (ch % B_CPR) * 8
-                        nbytes = 0
-                        if k0 + r < K and bn + c < N:
-                            nbytes = min(16, (N - bn - c) * 2)
-                        src = (k0 + r) * ldb + bn + c if nbytes > 0 else 0
-                        cp_async16_zfill(smem, sb + r * LDB + c, B, src, nbytes)
+                    if B_EXACT or tid + it * NT < BK * B_CPR:
+                        nb, src = b_nb[it], b_src[it] + kb
+                        if first and k0 + b_row[it] < 0:
+                            nb, src = 0, 0
+                        cp_async16_zfill(smem, sb + b_dst[it], B, src, nb)
             cp_async_commit_group()          # one group per tile (empty past the end)
 
         # -- prologue: STAGES - 1 tiles in flight
-        for s in range(STAGES - 1):
-            issue(s)
+        issue(0, True)
+        for s in range(1, STAGES - 1):
+            issue(s, False)
         # -- main loop
         for t in range(k_tiles):
             if wait:                         # (False only in the broken variant)
                 cp_async_wait_group(WAIT)    # tile t has landed (this thread's copies)
             cuda.syncthreads()               # ... everyone's; stage (t-1) is free
-            issue(t + STAGES - 1)
+            issue(t + STAGES - 1, False)
             sa = (t % STAGES) * A_STAGE + wm * WM * LDA
             sb = B_BASE + (t % STAGES) * B_STAGE + wn * WN
             for kk in range(0, BK, 16):
@@ -165,21 +189,21 @@ def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=
 
 
 # ------------------------------------------------------------------------------ launchers
-def _rows16(t):
-    """(flat tensor, row stride): ``t`` as 16-byte-aligned rows, copied (zero-padded to a
-    multiple of 8 columns) when it is not laid out that way already."""
+def _rows16(t, rows, cols):
+    """(flat tensor, row stride) of a ``rows x cols`` operand whose rows start 16-byte
+    aligned: ``t`` itself when it is laid out that way, else a zero-padded copy (rows and
+    columns past ``t``'s own are zeros: that is how K is padded to a multiple of 8)."""
     R, C = t.shape
-    aligned = (t.stride(1) == 1 or C == 1) and t.data_ptr() % 16 == 0 and \
-        (R == 1 or (t.stride(0) % 8 == 0 and t.stride(0) >= C))
+    aligned = (rows, cols) == (R, C) and (t.stride(1) == 1 or C == 1) and \
+        t.data_ptr() % 16 == 0 and (R == 1 or (t.stride(0) % 8 == 0 and t.stride(0) >= C))
     if aligned:
         ld = t.stride(0) if R > 1 else (C + 7) // 8 * 8
     else:
-        ld = (C + 7) // 8 * 8
-        padded = torch.zeros(R, ld, dtype=t.dtype, device=t.device)
-        padded[:, :C] = t
+        ld = (cols + 7) // 8 * 8
+        padded = torch.zeros(rows, ld, dtype=t.dtype, device=t.device)
+        padded[:R, :C] = t
         t = padded
-    flat = t.as_strided(((R - 1) * ld + C,), (1,))
-    return flat, ld
+    return t.as_strided(((rows - 1) * ld + cols,), (1,)), ld
 
 
 _SMEM_SET = set()
@@ -220,8 +244,9 @@ def run(a, b, c, out, alpha=1.0, beta=0.0, config=None, wait=True):
     kernel = make_kernel(**cfg, bf16=a.dtype == torch.bfloat16, wait=wait)
     M, K = a.shape
     N = b.shape[1]
-    A, lda = _rows16(a)
-    B, ldb = _rows16(b)
+    K = (K + 7) // 8 * 8                 # the kernel's K: a multiple of 8 (zero-padded)
+    A, lda = _rows16(a, M, K)
+    B, ldb = _rows16(b, K, N)
     Cin = c if (c is not None and beta != 0) else out       # beta == 0: never read
     args = (engines.as_numba(A), engines.as_numba(B), engines.as_numba(Cin),
             engines.as_numba(out), M, N, K, lda, ldb, np.float32(alpha), np.float32(beta))
