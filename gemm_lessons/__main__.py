@@ -110,19 +110,26 @@ def cmd_ladder(args):
             bar.set_postfix_str(f"check {e.name}")
             try:
                 gl.check(e.name)
-            except CheckError as err:
-                failures.append(f"{e.name}: {err}")
-                bar.update(1 + len(dts) * len(sizes))
-                continue
             except gl.UnsupportedDevice as err:
                 failures.append(f"{e.name}: skipped ({err})")
+                bar.update(1 + len(dts) * len(sizes))
+                continue
+            except Exception as err:  # a wrong result or a kernel that does not build/run
+                kind = "" if isinstance(err, CheckError) else f"{type(err).__name__}: "
+                failures.append(f"{e.name}: {kind}{str(err)[:2000]}")
                 bar.update(1 + len(dts) * len(sizes))
                 continue
             bar.update(1)
             for dt in dts:
                 for n in sizes:
                     bar.set_postfix_str(f"{e.name} {str(dt).replace('torch.', '')} {n}")
-                    r = gl.bench(e.name, n, dtype=dt, baseline=False)
+                    try:
+                        r = gl.bench(e.name, n, dtype=dt, baseline=False)
+                    except Exception as err:
+                        failures.append(f"{e.name}: timing at {n} failed: "
+                                        f"{type(err).__name__}: {str(err)[:500]}")
+                        bar.update(1)
+                        continue
                     key = (dt, n)
                     if key not in baselines:
                         a, b = harness.make_operands(n, n, n, dt)
@@ -131,6 +138,7 @@ def cmd_ladder(args):
                         del a, b, out
                     r.baseline_ms = baselines[key]
                     results.append((e.lesson, r))
+                    tqdm.write(str(r))
                     bar.update(1)
     for e, _ in jobs:
         if not any(f.startswith(e.name + ":") for f in failures):

@@ -35,7 +35,7 @@ import numpy as np
 
 from . import engines
 
-__all__ = ["trace", "Trace", "Access", "sectors_per_request", "bank_ways", "banks_of_request",
+__all__ = ["trace", "simulate", "Trace", "Access", "sectors_per_request", "bank_ways", "banks_of_request",
            "SECTOR_BYTES", "N_BANKS", "BANK_BYTES"]
 
 SECTOR_BYTES = 32
@@ -81,7 +81,13 @@ class Trace:
         self.accesses: list[Access] = []
         self._lock = threading.Lock()
         self._seq = defaultdict(int)
-        self._names = {}
+
+    def __getstate__(self):        # picklable (for simulate() across processes)
+        return {"accesses": self.accesses}
+
+    def __setstate__(self, state):
+        self.__init__()
+        self.accesses = state["accesses"]
 
     # -- recording -------------------------------------------------------------------
     def _record(self, space, name, op, base_addr, arr, idx):
@@ -247,3 +253,39 @@ def trace(**names):
     finally:
         W.__getitem__, W.__setitem__ = old_get, old_set
         kernelapi.FakeCUDAShared.array = old_shared
+
+
+def _simulate_here(kernel, M, N, K, dtype, seed, a_layout, b_layout):
+    import torch
+    from . import api, harness
+    dt = getattr(torch, dtype) if isinstance(dtype, str) else dtype
+    a, b = harness.make_operands(M, N, K, dt, seed=seed, a=a_layout, b=b_layout)
+    c = torch.empty(M, N, dtype=dt)
+    with trace(A=a, B=b, C=c) as t:
+        api.matmul(a, b, kernel, out=c)
+    return t
+
+
+def simulate(kernel, M, N, K, dtype="float32", *, seed=0, a="row", b="row") -> Trace:
+    """Run the registered ``kernel`` once on seeded M x N x K inputs in the simulator and
+    return its :class:`Trace` (global arrays named A, B, C).
+
+    Works on every engine, so a lesson's counts are the same on a laptop and on a GPU: on
+    the simulator it runs here; on a GPU, in a child process with the simulator switched on.
+    """
+    dtype = str(dtype).replace("torch.", "")
+    if not engines.on_gpu():
+        return _simulate_here(kernel, M, N, K, dtype, seed, a, b)
+    import os
+    import pickle
+    import subprocess
+    env = dict(os.environ, GEMM_LESSONS_ENGINE="simulator")
+    code = ("import pickle, sys, gemm_lessons\n"
+            "from gemm_lessons import counters\n"
+            f"t = counters._simulate_here({kernel!r}, {M}, {N}, {K}, {dtype!r}, {seed}, {a!r}, {b!r})\n"
+            "sys.stdout.buffer.write(pickle.dumps(t))\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)
+    if proc.returncode != 0:
+        raise RuntimeError("simulating {} failed:\n{}".format(
+            kernel, proc.stderr.decode(errors="replace")[-3000:]))
+    return pickle.loads(proc.stdout)

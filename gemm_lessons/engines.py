@@ -155,19 +155,25 @@ def device():
     return torch.device("cuda" if on_gpu() else "cpu")
 
 
-def select_engine(min_cc=None) -> Engine:
-    """Re-decide the engine for a lesson that needs compute capability ``min_cc``.
+def select_engine(min_cc=None, *, simulator=False) -> Engine:
+    """Re-decide the engine, first thing in a notebook, before any kernel is used.
 
-    Call it first in a notebook, before any kernel is used. On a GPU older than ``min_cc``
-    it switches to the simulator (if numba and triton are not imported yet) and says why;
-    otherwise it keeps the current engine.
+    * ``min_cc=(8, 0)``: a lesson that needs that compute capability; on an older GPU it
+      switches to the simulator and says why (``str(gl.engine())``).
+    * ``simulator=True``: the simulator everywhere, GPU or not (the exercises use it: tiny
+      shapes, immediate feedback, countable memory accesses).
+    Works as long as numba and triton have not been imported yet in this process.
     """
-    eng = _decide(min_cc)
+    if simulator:
+        eng = Engine("simulator", reason="chosen for this notebook")
+    else:
+        eng = _decide(min_cc)
     if eng.kind == engine().kind:
         return engine()
-    if eng.kind == "simulator" and ("numba.cuda" in sys.modules or "triton" in sys.modules):
-        raise EngineError(f"{eng.reason}, and numba or triton was already imported on the GPU: "
-                          "restart Python and call gl.select_engine(...) before anything else.")
+    if "numba.cuda" in sys.modules or "triton" in sys.modules:
+        raise EngineError(f"cannot switch to the {eng.kind} engine ({eng.reason}): numba or "
+                          "triton was already imported. Restart Python (or the Jupyter kernel) "
+                          "and call gl.select_engine(...) right after importing gemm_lessons.")
     return _apply(eng)
 
 

@@ -5,6 +5,8 @@ from pathlib import Path
 
 import pytest
 
+import gemm_lessons  # noqa: F401  (first: it picks the engine before numba/triton load)
+
 ROOT = Path(__file__).resolve().parents[1]
 
 

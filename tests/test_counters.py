@@ -1,8 +1,7 @@
 """The simulator instruments: sectors per global request, bank-conflict ways per shared request."""
+import gemm_lessons as gl  # noqa: I001  (before numba: it picks the engine)
 import torch
-from numba import cuda  # after gemm_lessons (conftest imports nothing; gemm_lessons first below)
-
-import gemm_lessons as gl
+from numba import cuda
 from gemm_lessons import counters, harness
 from gemm_lessons.counters import Access, bank_ways, sectors_per_request
 
@@ -54,3 +53,12 @@ def test_shared_memory_ways_row_vs_column_walk():
             walk[1, (32, 4)](gl.engines.as_numba(out), by_column)
         assert t.max_shared_ways("load") == ways
         assert t.max_shared_ways("store") == 1
+
+
+def test_simulate_gives_the_same_counts_from_a_gpu_process(monkeypatch):
+    # on a GPU, simulate() runs the simulator in a child process: exercise that path here
+    from gemm_lessons import engines
+    here = counters.simulate("k01_naive", 64, 32, 8).global_summary()
+    monkeypatch.setattr(engines, "on_gpu", lambda: True)
+    child = counters.simulate("k01_naive", 64, 32, 8).global_summary()
+    assert here == child == {"A": {"load": 32.0}, "B": {"load": 1.0}, "C": {"store": 32.0}}

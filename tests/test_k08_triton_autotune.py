@@ -37,7 +37,7 @@ def test_every_gpu_config_fits_in_shared_memory():
     for c in k08.CONFIGS:
         assert k08.smem_bytes(c, torch.float16) <= k08.SMEM_LIMIT
     assert k08.smem_bytes(k08.CONFIGS[0], torch.float16) == 3 * (128 + 256) * 64 * 2
-    too_big = k08._config(256, 256, 128, num_warps=8, num_stages=4)
+    too_big = k08.make_config(256, 256, 128, num_warps=8, num_stages=4)
     assert k08.smem_bytes(too_big, torch.float16) > k08.SMEM_LIMIT
 
 
@@ -55,8 +55,8 @@ def test_pruning_picks_the_dtypes_configs_and_skips_idle_ones():
 
 
 def test_the_autotuner_times_every_config_with_a_cpu_timer():
-    small = [k08._config(16, 16, 16, 1, 1, group_size_m=1), k08._config(32, 16, 16, 1, 1),
-             k08._config(16, 32, 16, 1, 1, group_size_m=4)]
+    small = [k08.make_config(16, 16, 16, 1, 1, group_size_m=1), k08.make_config(32, 16, 16, 1, 1),
+             k08.make_config(16, 32, 16, 1, 1, group_size_m=4)]
     tuned = k08.autotune(configs=small, prune_configs=None,
                          do_bench=None if gl.engine().kind == "cuda" else k08.cpu_timer)
     rep = harness.check(lambda a, b, out: k08.matmul(a, b, out, kernel=tuned), "tuned", FP16,
@@ -69,7 +69,7 @@ def test_the_autotuner_times_every_config_with_a_cpu_timer():
 
 def test_a_grid_that_ignores_the_chosen_config_fails():
     # the classic autotune slip: a grid computed from fixed tile sizes, not from META
-    tuned = k08.autotune(configs=[k08._config(16, 16, 16, 1, 1)], prune_configs=None)
+    tuned = k08.autotune(configs=[k08.make_config(16, 16, 16, 1, 1)], prune_configs=None)
 
     def run(a, b, out):
         M, K = a.shape
