@@ -152,6 +152,11 @@ def cmd_ladder(args):
         plots.ladder_plot([r for _, r in results], args.out,
                           title=f"gemm_lessons ladder on {gl.engine().device_name}")
         print(f"\nwrote {args.out}")
+        if args.csv:
+            from gemm_lessons import results as recorded
+            recorded.write_csv(args.csv, [r for _, r in results], [les for les, _ in results],
+                               device=gl.engine().device_name, versions=_versions())
+            print(f"wrote {args.csv}")
     return 1 if any("skipped" not in f for f in failures) else 0
 
 
@@ -194,6 +199,7 @@ def main(argv=None):
     p.add_argument("--kernel", nargs="*", help="kernel names (default: all)")
     p.add_argument("--all-dtypes", action="store_true", help="time every dtype a kernel takes")
     p.add_argument("--out", default="ladder.png", help="where to write the plot")
+    p.add_argument("--csv", help="also write the results as CSV (gemm_lessons.results format)")
     p.add_argument("--quiet", action="store_true", help="no progress bar")
     p = sub.add_parser("ptx", help="the PTX of a numba kernel (works without a GPU)")
     p.add_argument("name")
