@@ -44,8 +44,12 @@ SIM_CONFIG = dict(BM=32, BN=32, BK=16, WM=16, WN=16)     # 4 warps, 1 fragment e
 
 
 @lru_cache(maxsize=None)
-def make_kernel(BM=128, BN=128, BK=32, WM=64, WN=32, bf16=False):
-    """The WMMA kernel for one tile configuration (fp16, or bf16 with ``bf16=True``)."""
+def make_kernel(BM=128, BN=128, BK=32, WM=64, WN=32, bf16=False, b_layout="row"):
+    """The WMMA kernel for one tile configuration (fp16, or bf16 with ``bf16=True``).
+
+    ``b_layout`` is the layout the kernel *tells* the tensor core sB has. sB is stored
+    row-major, so "row" is right; "col" builds the broken variant lesson 05 shows (the
+    fragments then hold B transposed, tile by tile)."""
     dt = int16 if bf16 else float16                  # bf16 travels as its 16 bits
     to_out = ptx.f32_to_bf16 if bf16 else ptx.f32_to_f16
     WARPS_M, WARPS_N = BM // WM, BN // WN
@@ -97,10 +101,10 @@ def make_kernel(BM=128, BN=128, BK=32, WM=64, WN=32, bf16=False):
                 for i in range(FM):
                     wmma_load_a(rA[i], sA, (wm * WM + i * 16, kk), LDA, "row")
                 for j in range(FN):
-                    wmma_load_b(rB[j], sB, (kk, wn * WN + j * 16), LDB, "row")
+                    wmma_load_b(rB[j], sB, (kk, wn * WN + j * 16), LDB, b_layout)
                 for i in range(FM):
                     for j in range(FN):
-                        wmma_mma(acc[i, j], rA[i], rB[j], "row", "row")
+                        wmma_mma(acc[i, j], rA[i], rB[j], "row", b_layout)
             cuda.syncthreads()
 
         # -- epilogue: each fragment through this warp's 16x16 scratch tile, masked stores
@@ -132,15 +136,16 @@ def _check_bf16(dtype):
                          "has " + ".".join(map(str, eng.capability)) + ": use float16")
 
 
-def wmma(a, b, c):
+def wmma(a, b, c, config=None, b_layout="row"):
     """C = A @ B on tensor cores (WMMA m16n16k16, fp32 accumulation), fp16 or bf16.
 
     Any shape and strides: the kernel masks its loads (zeros outside A and B) and its stores.
+    ``config`` overrides the tile configuration (BM, BN, BK, WM, WN).
     """
     import torch
     _check_bf16(a.dtype)
-    cfg = _config()
-    kernel = make_kernel(**cfg, bf16=a.dtype == torch.bfloat16)
+    cfg = dict(_config(), **(config or {}))
+    kernel = make_kernel(**cfg, bf16=a.dtype == torch.bfloat16, b_layout=b_layout)
     M, N = c.shape
     grid = ((N + cfg["BN"] - 1) // cfg["BN"], (M + cfg["BM"] - 1) // cfg["BM"])
     A, B, C = engines.as_numba(a), engines.as_numba(b), engines.as_numba(c)

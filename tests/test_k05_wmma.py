@@ -1,0 +1,200 @@
+"""Lesson 05: tensor cores through WMMA, from numba, on every engine.
+
+The tests prove the lesson's points, not only the answers: the PTX holds wmma.load/mma and
+the fragments stay in registers (no .local), the intrinsics refuse what their PTX
+instruction cannot take (wrong dtype, a layout that is not a constant), the simulated
+fragments obey the layout they are loaded with, and a kernel that tells the tensor core the
+wrong layout for B fails the check.
+"""
+import gemm_lessons as gl  # first: it picks the engine
+import numpy as np
+import numba.types as nt
+import pytest
+import torch
+from numba import cuda, float32
+
+from gemm_lessons import compiled, engines, harness, ptx
+from gemm_lessons.kernels import k05_wmma as k05
+
+SIM = not engines.on_gpu()
+NAME = "k05_wmma"
+
+
+def test_correct_on_the_suite_in_fp16_and_bf16():
+    report = gl.check(NAME)
+    assert report.ok and str(report) == "k05_wmma: correct on 9 shapes (bfloat16, float16)"
+
+
+def test_telling_the_tensor_core_the_wrong_layout_fails_the_check():
+    # sB is stored row-major; declaring it "col" hands the tensor core B transposed
+    run = lambda a, b, out: k05.wmma(a, b, out, b_layout="col")  # noqa: E731
+    cases = [c for c in harness.shape_suite() if c.name in ("square", "ragged")]
+    report = harness.check(run, "k05 with the wrong layout", (torch.float16,), cases,
+                           raise_on_fail=False)
+    assert not report.ok
+
+
+def test_ptx_is_wmma_from_shared_memory_with_fragments_in_registers():
+    text = compiled.ptx(NAME, (9, 0))
+    assert "wmma.mma.sync.aligned.row.row.m16n16k16.f32.f32" in text
+    assert "wmma.load.a.sync.aligned.row.m16n16k16.shared.f16" in text
+    assert "wmma.load.b.sync.aligned.row.m16n16k16.shared.f16" in text
+    assert "wmma.store.d.sync.aligned.row.m16n16k16.f32" in text
+    # every loop over fragments has a constant trip count, so they are unrolled into
+    # registers: no local memory at all
+    assert ".local" not in text and "ld.local" not in text
+    rep = compiled.ptxas_report(text, (9, 0))
+    if rep is not None:
+        assert rep["spill_stores"] == 0 and rep["stack_bytes"] == 0
+        assert rep["smem_bytes"] <= 48 * 1024
+
+
+# ----------------------------------------------------------------- the intrinsics, compiled
+COMPILE_BF16 = r"""
+import gemm_lessons
+from gemm_lessons import ptx
+from numba import cuda, float32, int16
+FA, FC, AL = ptx.FRAG_AB, ptx.FRAG_C, ptx.SMEM_ALIGN
+def k(A, B, C):
+    sA = cuda.shared.array((16, 24), int16, alignment=AL)
+    sB = cuda.shared.array((16, 24), int16, alignment=AL)
+    sA[cuda.threadIdx.x % 16, 0] = A[0]
+    sB[cuda.threadIdx.x % 16, 0] = B[0]
+    cuda.syncthreads()
+    ra = cuda.local.array(FA, int16)
+    rb = cuda.local.array(FA, int16)
+    acc = cuda.local.array(FC, float32)
+    for i in range(FC):
+        acc[i] = 0.0
+    ptx.wmma_load_a(ra, sA, (0, 0), 24, "col")
+    ptx.wmma_load_b(rb, sB, (0, 0), 24, "col")
+    ptx.wmma_mma(acc, ra, rb, "col", "col")
+    ptx.wmma_store_d(C, (0, 0), 16, acc, "col")
+text, _ = cuda.compile_ptx(k, "void(int16[::1], int16[::1], float32[:, ::1])", cc=(8, 0))
+print(text)
+"""
+
+
+def test_bf16_and_col_layouts_compile_to_their_ptx(py):
+    res = py(COMPILE_BF16, env_extra={"GEMM_LESSONS_ENGINE": "compile"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    out = res.stdout
+    assert "wmma.load.a.sync.aligned.col.m16n16k16.shared.bf16" in out
+    assert "wmma.load.b.sync.aligned.col.m16n16k16.shared.bf16" in out
+    assert "wmma.mma.sync.aligned.col.col.m16n16k16.f32.bf16.bf16.f32" in out
+    assert "wmma.store.d.sync.aligned.col.m16n16k16.f32" in out
+
+
+MISUSE = r"""
+import sys
+import gemm_lessons
+from gemm_lessons import ptx
+from numba import cuda, float32, float64
+from numba.types import float16
+FA, FC, AL = ptx.FRAG_AB, ptx.FRAG_C, ptx.SMEM_ALIGN
+def wrong_dtype(C):
+    s = cuda.shared.array((16, 16), float32, alignment=AL)
+    f = cuda.local.array(FA, float16)
+    ptx.wmma_load_a(f, s, (0, 0), 16, "row")
+def layout_not_constant(C, lay):
+    s = cuda.shared.array((16, 16), float16, alignment=AL)
+    f = cuda.local.array(FA, float16)
+    ptx.wmma_load_a(f, s, (0, 0), 16, "row" if lay else "col")
+for fn, sig in ((wrong_dtype, "void(float32[::1])"),
+                (layout_not_constant, "void(float32[::1], int64)")):
+    try:
+        cuda.compile_ptx(fn, sig, cc=(8, 0))
+        print(fn.__name__, "COMPILED")
+    except Exception as exc:
+        print(fn.__name__, "|", str(exc).replace("\n", " ")[-600:])
+"""
+
+
+def test_misuse_is_refused_at_compile_time_with_a_clear_message(py):
+    res = py(MISUSE, env_extra={"GEMM_LESSONS_ENGINE": "compile"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    lines = dict(l.split(" | ", 1) if " | " in l else (l, "") for l in res.stdout.splitlines())
+    assert "float16 (fp16) or int16" in lines["wrong_dtype"]
+    assert "compile-time constant" in lines["layout_not_constant"] or \
+        "'row' or 'col'" in lines["layout_not_constant"]
+
+
+# --------------------------------------------------------- the emulation (simulator only)
+def _one_warp_product(a, b, a_layout, b_layout, dtype=np.float16):
+    """A (16x16) @ B (16x16) with one warp, the operands stored in shared memory in the
+    given layouts (row: as is; col: transposed in memory)."""
+    FA, FC = ptx.FRAG_AB, ptx.FRAG_C
+    ntype = {np.float16: nt.float16, np.int16: nt.int16}[dtype]
+
+    @cuda.jit
+    def k(A, B, C):
+        sA = cuda.shared.array((16, 16), ntype)
+        sB = cuda.shared.array((16, 16), ntype)
+        t = cuda.threadIdx.x
+        for e in range(t, 256, 32):
+            sA[e // 16, e % 16] = A[e // 16, e % 16]
+            sB[e // 16, e % 16] = B[e // 16, e % 16]
+        cuda.syncthreads()
+        ra = cuda.local.array(FA, ntype)
+        rb = cuda.local.array(FA, ntype)
+        acc = cuda.local.array(FC, float32)
+        for i in range(FC):
+            acc[i] = 0.0
+        ptx.wmma_load_a(ra, sA, (0, 0), 16, a_layout)
+        ptx.wmma_load_b(rb, sB, (0, 0), 16, b_layout)
+        ptx.wmma_mma(acc, ra, rb, a_layout, b_layout)
+        ptx.wmma_store_d(C, (0, 0), 16, acc, "row")
+
+    memA = a if a_layout == "row" else a.T.copy()
+    memB = b if b_layout == "row" else b.T.copy()
+    C = np.zeros((16, 16), np.float32)
+    k[1, 32](memA, memB, C)
+    return C
+
+
+@pytest.mark.skipif(not SIM, reason="the emulation runs in the simulator")
+@pytest.mark.parametrize("a_layout", ["row", "col"])
+@pytest.mark.parametrize("b_layout", ["row", "col"])
+def test_emulated_fragments_follow_the_layout_they_are_loaded_with(a_layout, b_layout):
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((16, 16)).astype(np.float16)
+    b = rng.standard_normal((16, 16)).astype(np.float16)
+    c = _one_warp_product(a, b, a_layout, b_layout)
+    np.testing.assert_allclose(c, a.astype(np.float32) @ b.astype(np.float32), rtol=1e-5,
+                               atol=1e-5)
+
+
+@pytest.mark.skipif(not SIM, reason="the emulation runs in the simulator")
+def test_emulated_bf16_decodes_the_raw_bits():
+    t = torch.randn(16, 16, generator=torch.Generator().manual_seed(1)).bfloat16()
+    u = torch.randn(16, 16, generator=torch.Generator().manual_seed(2)).bfloat16()
+    c = _one_warp_product(t.view(torch.int16).numpy(), u.view(torch.int16).numpy(),
+                          "row", "row", dtype=np.int16)
+    np.testing.assert_allclose(c, (t.float() @ u.float()).numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.skipif(not SIM, reason="the emulation runs in the simulator")
+def test_emulation_refuses_what_the_gpu_would_not_take():
+    f = np.zeros(ptx.FRAG_AB, np.float16)
+    s32 = np.zeros((16, 16), np.float32)
+    with pytest.raises(ptx.PTXUsageError, match="float16"):
+        ptx.wmma_load_a(f, s32, (0, 0), 16, "row")
+    s = np.zeros((32, 24), np.float16)
+    with pytest.raises(ptx.PTXUsageError, match="'row' or 'col'"):
+        ptx.wmma_load_a(f, s, (0, 0), 24, "rows")
+    with pytest.raises(ptx.PTXUsageError, match="32-byte aligned"):
+        ptx.wmma_load_a(f, s, (0, 8), 24, "row")      # 16 bytes into a row
+    with pytest.raises(IndexError, match="past the end"):
+        ptx.wmma_load_a(f, s, (24, 0), 24, "row")     # rows 24..39 of a 32-row array
+
+
+def test_bf16_conversions_round_to_nearest_even():
+    # the same function on every engine: f32_to_bf16 is what the epilogue stores
+    if not SIM:
+        pytest.skip("compared on the simulator (on a GPU it is cvt.rn.bf16.f32)")
+    xs = torch.randn(1000, generator=torch.Generator().manual_seed(3))
+    want = xs.bfloat16().view(torch.int16).numpy()
+    got = np.array([ptx.f32_to_bf16(np.float32(x)) for x in xs.numpy()], dtype=np.int16)
+    assert (got == want).all()
+    back = np.array([ptx.bf16_to_f32(v) for v in want], dtype=np.float32)
+    assert (back == xs.bfloat16().float().numpy()).all()

@@ -1,0 +1,252 @@
+"""Lessons 05-06 on a GPU: check, then time, the WMMA and cp.async kernels against cuBLAS.
+
+    python tools/sweep_k05_k06.py              # checks, every config, table (~3 min)
+    python tools/sweep_k05_k06.py --quick      # the registered configs only
+    python tools/sweep_k05_k06.py --only 128x256x32/64x64/s4   # one config (see the names)
+
+What it does, in one process:
+1. checks k05_wmma and k06_cp_async on the shape suite (fp16 and bf16), and k06's BLAS
+   epilogue through gl.gemm (alpha, beta; beta == 0 with NaN in C, alpha == 0 with NaN in
+   A and B);
+2. for every configuration below: builds it, checks it on three awkward shapes (ragged with
+   K not a multiple of 8, a transposed operand, M = N = K aligned), reads registers and
+   shared memory from the compiled kernel and works out the occupancy, then times it at
+   4096 and 8192 (fp16) against cuBLAS of the same dtype, in this process;
+3. times the best k06 configuration and the registered ones in bf16 too;
+4. prints the SASS instruction mix of the registered k06 kernel's main loop when numba
+   can disassemble (nvdisasm on the PATH), else says how to get it with cuobjdump;
+5. prints the table last: TFLOP/s and the ratio to cuBLAS (> 1: faster).
+"""
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import gemm_lessons as gl  # noqa: E402  (first: it decides the engine)
+import torch  # noqa: E402
+
+from gemm_lessons import harness  # noqa: E402
+from gemm_lessons.kernels import k05_wmma as k05  # noqa: E402
+from gemm_lessons.kernels import k06_cp_async as k06  # noqa: E402
+
+T0 = time.time()
+SIZES = (4096, 8192)
+
+# (kernel, config): k05 configs take BM, BN, BK, WM, WN; k06 configs also STAGES
+K05_CONFIGS = [
+    dict(BM=128, BN=128, BK=32, WM=64, WN=32),
+    dict(BM=128, BN=128, BK=32, WM=64, WN=64),
+]
+K06_CONFIGS = [
+    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4),
+    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=3),
+    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=2),   # double buffering
+    dict(BM=256, BN=128, BK=32, WM=64, WN=64, STAGES=4),
+    dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=4),   # 4 warps, 2 blocks/SM?
+    dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=3),
+    dict(BM=128, BN=128, BK=64, WM=64, WN=64, STAGES=3),
+    dict(BM=128, BN=256, BK=64, WM=64, WN=64, STAGES=3),
+    dict(BM=128, BN=128, BK=32, WM=64, WN=32, STAGES=4),   # 8 warps of 64x32
+    dict(BM=64, BN=256, BK=32, WM=32, WN=64, STAGES=4),
+]
+
+
+def log(msg):
+    print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
+
+
+def dt(d):
+    return str(d).replace("torch.", "")
+
+
+def name_of(kind, c):
+    s = f"{kind} {c['BM']}x{c['BN']}x{c['BK']}/{c['WM']}x{c['WN']}"
+    return s + (f"/s{c['STAGES']}" if "STAGES" in c else "")
+
+
+def runner(kind, cfg):
+    if kind == "k05":
+        return lambda a, b, out: k05.wmma(a, b, out, config=cfg)
+    return lambda a, b, out: k06.run(a, b, None, out, config=cfg)
+
+
+def kernel_of(kind, cfg, dtype):
+    bf16 = dtype == torch.bfloat16
+    if kind == "k05":
+        return k05.make_kernel(**cfg, bf16=bf16)
+    return k06.make_kernel(**cfg, bf16=bf16)
+
+
+def resources(kernel, threads, dyn_smem):
+    """(registers, shared bytes per block, blocks per SM, occupancy %) of a launched kernel
+    on this GPU (H100/H200 limits: 64K registers, 228 KiB shared per SM, 1 KiB reserved
+    per block, 2048 threads, 32 blocks)."""
+    kern = next(iter(kernel.overloads.values()))
+    regs = kern.regs_per_thread
+    smem = kern.shared_mem_per_block + dyn_smem
+    props = torch.cuda.get_device_properties(0)
+    regs_sm = getattr(props, "regs_per_multiprocessor", 65536)
+    smem_sm = getattr(props, "shared_memory_per_multiprocessor", 233472)
+    warps = threads // 32
+    per_warp = (regs * 32 + 255) // 256 * 256
+    by_regs = regs_sm // (per_warp * warps) if regs else 32
+    by_smem = smem_sm // (smem + 1024) if smem else 32
+    blocks = min(by_regs, by_smem, 2048 // threads, 32)
+    return regs, smem, blocks, 100.0 * blocks * threads / 2048
+
+
+def quick_check(run, name, dtype):
+    cases = [harness.Case("ragged K%8", 1003, 1001, 997, hint="edges, K padding"),
+             harness.Case("A transposed", 520, 384, 264, a="transposed", hint="copy path"),
+             harness.Case("aligned", 1024, 768, 512, hint="basic indexing")]
+    rep = harness.check(run, name, (dtype,), cases, raise_on_fail=False)
+    return rep.ok, str(rep)
+
+
+def check_gemm():
+    M, N, K = 777, 515, 333
+    for dtype in (torch.float16, torch.bfloat16):
+        a, b = harness.make_operands(M, N, K, dtype, seed=1)
+        c = torch.randn(M, N, device="cuda").to(dtype)
+        out = gl.gemm(a, b, c, alpha=0.5, beta=-2.0, kernel="k06_cp_async")
+        ref = 0.5 * harness.reference(a, b) - 2.0 * c.double()
+        err = ((out.double() - ref).norm() / ref.norm()).item()
+        ok1 = err < 1e-2
+        c_nan = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+        out = gl.gemm(a, b, c_nan, alpha=1.0, beta=0.0, kernel="k06_cp_async")
+        ok2 = bool(torch.isfinite(out).all())
+        a_nan = torch.full_like(a, float("nan"))
+        out = gl.gemm(a_nan, b, c, alpha=0.0, beta=1.0, kernel="k06_cp_async")
+        ok3 = bool(torch.equal(out, c))
+        log(f"gl.gemm k06 {dt(dtype)}: alpha/beta rel err {err:.1e} ({'ok' if ok1 else 'BAD'}),"
+            f" beta=0 ignores NaN C: {ok2}, alpha=0 ignores NaN A: {ok3}")
+
+
+def sass_mix(kernel):
+    """SASS op counts in the main loop (between the first DEPBAR.LE and the last HMMA)."""
+    try:
+        kern = next(iter(kernel.overloads.values()))
+        sass = kern.inspect_sass()
+    except Exception as exc:  # noqa: BLE001 - nvdisasm missing, or numba without it
+        return f"(no SASS here: {type(exc).__name__}: {str(exc)[:120]}; run: " \
+               "cuobjdump -sass on the cubin, or NUMBA_DUMP_ASSEMBLY)"
+    lines = sass.splitlines()
+    start = next((i for i, l in enumerate(lines) if "DEPBAR.LE" in l), 0)
+    end = max((i for i, l in enumerate(lines) if "HMMA" in l), default=len(lines) - 1)
+    ops = Counter()
+    for l in lines[start:end + 1]:
+        m = re.search(r"\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", l)
+        if m:
+            ops[m.group(2)] += 1
+    keep = {k: v for k, v in ops.most_common(14)}
+    key = ("HMMA", "LDSM", "LDGSTS", "BAR", "DEPBAR", "LDL", "STL")
+    return (f"main loop: {sum(ops.values())} instructions; " +
+            ", ".join(f"{k} {ops.get(k, 0)}" for k in key) + f"; top: {keep}")
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="registered configs only")
+    ap.add_argument("--only", default=None, help="one config, by its printed name")
+    ap.add_argument("--no-bf16", action="store_true")
+    args = ap.parse_args()
+    if not gl.engine().kind == "cuda":
+        sys.exit("this sweep needs a CUDA GPU (it times kernels against cuBLAS)")
+    import numba
+    numba_cuda = getattr(sys.modules.get("numba.cuda"), "__version__", "?")
+    log(f"{gl.engine()}; torch {torch.__version__}, numba {numba.__version__}, "
+        f"numba-cuda {numba_cuda}, CUDA {torch.version.cuda}")
+
+    # 1. the registered kernels on the shape suite, and the BLAS epilogue
+    for name in ("k05_wmma", "k06_cp_async"):
+        t = time.time()
+        try:
+            log(f"{gl.check(name)}  ({time.time() - t:.0f} s with compilation)")
+        except Exception as exc:  # noqa: BLE001 - report and go on
+            log(f"{name}: CHECK FAILED: {type(exc).__name__}: {str(exc)[:1500]}")
+    try:
+        check_gemm()
+    except Exception as exc:  # noqa: BLE001
+        log(f"gl.gemm k06: FAILED: {type(exc).__name__}: {str(exc)[:800]}")
+
+    # 2. every configuration: check, resources, time
+    configs = [("k05", k05.GPU_CONFIG), ("k06", k06.GPU_CONFIG)]
+    if not args.quick:
+        configs += [("k05", c) for c in K05_CONFIGS if c != k05.GPU_CONFIG]
+        configs += [("k06", c) for c in K06_CONFIGS if c != k06.GPU_CONFIG]
+    if args.only:
+        configs = [(k, c) for k, c in configs if args.only in name_of(k, c)]
+    rows = []
+    base = {}
+    for kind, cfg in configs:
+        name = name_of(kind, cfg)
+        run = runner(kind, cfg)
+        t = time.time()
+        try:
+            ok, msg = quick_check(run, name, torch.float16)
+        except Exception as exc:  # noqa: BLE001
+            log(f"{name}: FAILED to run: {type(exc).__name__}: {str(exc)[:600]}")
+            continue
+        kernel = kernel_of(kind, cfg, torch.float16)
+        dyn = getattr(kernel, "smem_bytes", 0) if kind == "k06" else 0
+        regs, smem, blocks, occ = resources(kernel, kernel.threads, dyn)
+        log(f"{name}: {msg} ({time.time() - t:.0f} s); {regs} registers, {smem} B shared, "
+            f"{blocks} block(s)/SM, occupancy {occ:.0f}%")
+        if not ok:
+            continue
+        for n in SIZES:
+            res = harness.bench(run, name, n, dtype=torch.float16,
+                                baseline=(n, torch.float16) not in base)
+            if res.baseline_ms is None:
+                res.baseline_ms = base[(n, torch.float16)]
+            base[(n, torch.float16)] = res.baseline_ms
+            rows.append((name, "float16", n, res.tflops, res.baseline_tflops, res.ratio,
+                         regs, smem, blocks))
+            log(f"  {res}")
+
+    # 3. bf16 for the registered k06 config and the best one
+    if not args.no_bf16:
+        k06_rows = [r for r in rows if r[0].startswith("k06") and r[2] == max(SIZES)]
+        best = max(k06_rows, key=lambda r: r[5])[0] if k06_rows else None
+        for kind, cfg in configs:
+            name = name_of(kind, cfg)
+            if name not in (best, name_of("k06", k06.GPU_CONFIG), name_of("k05", k05.GPU_CONFIG)):
+                continue
+            run = runner(kind, cfg)
+            ok, msg = quick_check(run, name, torch.bfloat16)
+            log(f"{name} bf16: {msg}")
+            if not ok:
+                continue
+            for n in SIZES:
+                res = harness.bench(run, name, n, dtype=torch.bfloat16,
+                                    baseline=(n, torch.bfloat16) not in base)
+                if res.baseline_ms is None:
+                    res.baseline_ms = base[(n, torch.bfloat16)]
+                base[(n, torch.bfloat16)] = res.baseline_ms
+                rows.append((name, "bfloat16", n, res.tflops, res.baseline_tflops, res.ratio,
+                             "", "", ""))
+                log(f"  {res}")
+
+    # 4. SASS of the registered k06 kernel
+    log("k06 registered config SASS: " +
+        sass_mix(kernel_of("k06", k06.GPU_CONFIG, torch.float16)))
+
+    # 5. the table
+    print()
+    print(f"{gl.engine()}; torch {torch.__version__}, numba-cuda {numba_cuda}")
+    print(f"{'kernel / config':34s} {'dtype':9s} {'size':>5s} {'TFLOP/s':>8s} "
+          f"{'cuBLAS':>8s} {'ratio':>6s} {'regs':>5s} {'smem B':>7s} {'blk/SM':>6s}")
+    for name, d, n, tf, btf, ratio, regs, smem, blocks in rows:
+        print(f"{name:34s} {d:9s} {n:5d} {tf:8.1f} {btf:8.1f} {ratio:6.2f} "
+              f"{regs!s:>5s} {smem!s:>7s} {blocks!s:>6s}")
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
