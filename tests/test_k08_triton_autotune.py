@@ -45,10 +45,12 @@ def test_pruning_picks_the_dtypes_configs_and_skips_idle_ones():
     every = k08.CONFIGS + k08.FP32_CONFIGS
     assert k08.prune_for_gpu(every, torch.float16, 4096, 4096, sms=132) == k08.CONFIGS
     assert k08.prune_for_gpu(every, torch.float32, 4096, 4096, sms=132) == k08.FP32_CONFIGS
-    # 512 x 512: no config gives 132 SMs a program; only the one with the most is timed
+    # 1024: only configs that keep at least 66 of 132 SMs busy
+    assert {k08.programs(c, 1024, 1024) for c in
+            k08.prune_for_gpu(every, torch.float16, 1024, 1024, sms=132)} == {128}
+    # 512 x 512: every config leaves most SMs idle; only the one with the most is timed
     small = k08.prune_for_gpu(every, torch.float16, 512, 512, sms=132)
-    assert [k08.programs(c, 512, 512) for c in small] == [32]
-    assert small[0].kwargs["BLOCK_SIZE_N"] == 64
+    assert [k08.programs(c, 512, 512) for c in small] == [32, 32]   # 128 x 64 and 64 x 128
     if gl.engine().kind != "cuda":
         a16 = torch.empty(2, 2, dtype=torch.float16)
         assert k08.prune(every, {"a_ptr": a16, "M": 2, "N": 2}) == [k08.INTERPRETER_CONFIG]

@@ -12,16 +12,17 @@ shared memory and 64K registers per SM):
   256 columns wide. 128 x 256 with 8 warps (two warpgroups, each 64 x 256) is the largest
   tile whose fp32 accumulator (128 registers a thread) still fits: the most FLOPs per byte
   loaded. 256 x 128 is the same tile transposed (it favours a different grid shape).
-  128 x 128 (4 or 8 warps), 64 x 256 and 128 x 64 give smaller grids' programs more
-  parallelism: at M = N = 1024 a 128 x 256 tile makes only 32 programs for 132 SMs.
+  128 x 128 (4 or 8 warps), 64 x 256, 128 x 64 and 64 x 128 give small outputs more
+  programs: at M = N = 1024 a 128 x 256 tile makes only 32 programs for 132 SMs.
 * BLOCK_SIZE_K = 64: 64 fp16 are 128 bytes, one swizzled shared-memory row. 128 halves the
   loop's overhead per FLOP but doubles the shared memory per stage.
 * num_stages: the depth of the cp.async pipeline (lesson 06 wrote two by hand). Shared
   memory per stage is (BM + BN) x BK x 2 bytes: 48 KB for 128 x 256 x 64, so 3 stages use
   144 KB and 4 use 192 KB; the pruner drops any config over 227 KB.
 * Pruning: every config is compiled and timed once per new key, so the pruner skips what
-  cannot win: configs over the shared-memory limit, and on small outputs, where no config
-  gives all 132 SMs a program, all but the config(s) with the most programs.
+  cannot win: configs over the shared-memory limit, and configs that leave more than half
+  of the 132 SMs without a program (on outputs so small that every config does, all but
+  the config(s) with the most programs).
 * GROUP_SIZE_M = 8 everywhere: lesson 07's grouped order. It is a parameter, so a config
   could tune it too; at these sizes it matters less than the tile.
 
@@ -46,11 +47,12 @@ from .. import engines
 from . import Kernel
 from .k07_triton_swizzle import DTYPES, matmul_kernel, operands, TileConfig, check_offsets
 
-__all__ = ["CONFIGS", "FP32_CONFIGS", "INTERPRETER_CONFIG", "autotune", "matmul_autotuned",
-           "prune", "prune_for_gpu", "programs", "sm_count", "cpu_timer", "smem_bytes", "matmul", "chosen_config", "tile_config", "label", "time_configs"]
+__all__ = ["CONFIGS", "FP32_CONFIGS", "INTERPRETER_CONFIG", "make_config", "autotune",
+           "matmul_autotuned", "prune", "prune_for_gpu", "programs", "sm_count", "cpu_timer",
+           "smem_bytes", "matmul", "chosen_config", "tile_config", "label", "time_configs"]
 
 
-def _config(BM, BN, BK, num_warps, num_stages, group_size_m=8):
+def make_config(BM, BN, BK, num_warps, num_stages, group_size_m=8):
     return triton.Config({"BLOCK_SIZE_M": BM, "BLOCK_SIZE_N": BN, "BLOCK_SIZE_K": BK,
                           "GROUP_SIZE_M": group_size_m},
                          num_warps=num_warps, num_stages=num_stages)
@@ -58,23 +60,24 @@ def _config(BM, BN, BK, num_warps, num_stages, group_size_m=8):
 
 # fp16 / bf16 (tensor cores): see the design note above
 CONFIGS = [
-    _config(128, 256, 64, num_warps=8, num_stages=3),   # lesson 07's tile
-    _config(128, 256, 64, num_warps=8, num_stages=4),   # one more stage in flight
-    _config(256, 128, 64, num_warps=8, num_stages=3),   # the same tile, transposed
-    _config(128, 128, 64, num_warps=4, num_stages=4),   # one warpgroup, 4 stages
-    _config(128, 128, 64, num_warps=8, num_stages=4),   # two warpgroups of 64 x 128
-    _config(128, 128, 128, num_warps=8, num_stages=3),  # deeper K steps
-    _config(64, 256, 64, num_warps=4, num_stages=4),    # one warpgroup, one wide wgmma
-    _config(128, 64, 64, num_warps=4, num_stages=4),    # small tile: more programs
+    make_config(128, 256, 64, num_warps=8, num_stages=3),   # lesson 07's tile
+    make_config(128, 256, 64, num_warps=8, num_stages=4),   # one more stage in flight
+    make_config(256, 128, 64, num_warps=8, num_stages=3),   # the same tile, transposed
+    make_config(128, 128, 64, num_warps=4, num_stages=4),   # one warpgroup, 4 stages
+    make_config(128, 128, 64, num_warps=8, num_stages=4),   # two warpgroups of 64 x 128
+    make_config(128, 128, 128, num_warps=8, num_stages=3),  # deeper K steps
+    make_config(64, 256, 64, num_warps=4, num_stages=4),    # one warpgroup, one wide wgmma
+    make_config(128, 64, 64, num_warps=4, num_stages=4),    # small tiles: more programs
+    make_config(64, 128, 64, num_warps=4, num_stages=4),    #   for small outputs
 ]
 # fp32 with IEEE products (FMA units): smaller tiles, 32 deep
 FP32_CONFIGS = [
-    _config(128, 128, 32, num_warps=8, num_stages=3),
-    _config(128, 64, 32, num_warps=4, num_stages=3),
-    _config(64, 64, 32, num_warps=4, num_stages=4),
+    make_config(128, 128, 32, num_warps=8, num_stages=3),
+    make_config(128, 64, 32, num_warps=4, num_stages=3),
+    make_config(64, 64, 32, num_warps=4, num_stages=4),
 ]
 # Triton's interpreter: one small config (no GPU to time the others on)
-INTERPRETER_CONFIG = _config(32, 32, 16, num_warps=1, num_stages=1, group_size_m=2)
+INTERPRETER_CONFIG = make_config(32, 32, 16, num_warps=1, num_stages=1, group_size_m=2)
 
 SMEM_LIMIT = 227 * 1024   # bytes of shared memory one program may use on an H100/H200
 
@@ -102,11 +105,12 @@ def sm_count():
 def prune_for_gpu(configs, dtype, M, N, sms=None):
     """The configs worth timing for ``dtype`` operands and an M x N output: the list for
     the dtype (tensor cores, or fp32), those that fit in shared memory, and of those the ones
-    that give every multiprocessor a program, or else the one(s) with the most programs."""
+    that keep at least half the multiprocessors busy, or else the one(s) with the most
+    programs."""
     sms = sm_count() if sms is None else sms
     wanted = FP32_CONFIGS if dtype == torch.float32 else CONFIGS
     fit = [c for c in configs if c in wanted and smem_bytes(c, dtype) <= SMEM_LIMIT]
-    busy = [c for c in fit if programs(c, M, N) >= sms]
+    busy = [c for c in fit if 2 * programs(c, M, N) >= sms]
     if busy:
         return busy
     most = max(programs(c, M, N) for c in fit)
@@ -223,6 +227,6 @@ def time_configs(sizes=(1024, 4096, 8192), dtype=torch.float16, configs=None):
 
 KERNELS = [
     Kernel("k08_triton_autotune", 8, "triton", DTYPES,
-           "lesson 07's kernel under @triton.autotune: 8 tile configs timed per shape",
+           "lesson 07's kernel under @triton.autotune: 9 tile configs (3 for fp32) timed per shape",
            launch=matmul, source=autotune, min_cc=(8, 0)),
 ]
