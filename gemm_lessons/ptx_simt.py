@@ -44,13 +44,21 @@ from __future__ import annotations
 from numba import config as _config
 
 __all__ = ["ld_global_v4", "ld_shared_v4", "st_shared_v4", "st_global_v4", "SMEM_ALIGN",
-           "SIMULATED"]
+           "SIMULATED", "launch_bounds"]
 
 SIMULATED = bool(_config.ENABLE_CUDASIM)
 
 # alignment= for cuda.shared.array: 16 bytes on the GPU; the simulator refuses the keyword
 # (its numpy arrays are 16-byte aligned anyway), so it gets None there.
 SMEM_ALIGN = None if SIMULATED else 16
+
+
+def launch_bounds(threads, min_blocks=1):
+    """``cuda.jit`` keywords promising at most ``threads`` threads per block and asking for
+    ``min_blocks`` blocks per SM, so ptxas keeps registers within
+    65536 / (threads * min_blocks) per thread (a 1024-thread block needs <= 64, or it does
+    not launch). Use: ``@cuda.jit(**launch_bounds(1024))``. Empty in the simulator."""
+    return {} if SIMULATED else {"launch_bounds": (threads, min_blocks)}
 
 
 def _misaligned(fn, c):

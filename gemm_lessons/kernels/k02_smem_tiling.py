@@ -24,6 +24,7 @@ from functools import lru_cache
 from numba import cuda, float32
 
 from .. import engines
+from ..ptx_simt import launch_bounds
 from . import FP32, Kernel
 
 SIM_CONFIG = dict(TILE=16)    # 256 threads per block: few blocks in numba's simulator
@@ -39,7 +40,7 @@ def config():
 def make_kernel(TILE=32):
     """The shared-memory tiled kernel for TILE x TILE blocks (TILE is a compile-time constant)."""
 
-    @cuda.jit
+    @cuda.jit(**launch_bounds(TILE * TILE))   # 32 x 32 = 1024 threads: <= 64 registers each
     def smem_tiling(A, B, C):
         sA = cuda.shared.array((TILE, TILE), float32)  # (rows of C, k) tile of A
         sB = cuda.shared.array((TILE, TILE), float32)  # (k, columns of C) tile of B
@@ -90,5 +91,6 @@ KERNELS = [
     Kernel("k02_smem_tiling", 2, "numba", FP32,
            "TILE x TILE tiles of A and B staged in shared memory; one element of C per thread",
            launch=smem_tiling, source=make_kernel,
-           ptx=lambda cc: (make_kernel(**GPU_CONFIG).py_func, _SIG)),
+           ptx=lambda cc: (make_kernel(**GPU_CONFIG).py_func, _SIG,
+                           {"launch_bounds": (GPU_CONFIG["TILE"] ** 2, 1)})),
 ]

@@ -28,6 +28,7 @@ from functools import lru_cache
 from numba import cuda, float32
 
 from .. import engines
+from ..ptx_simt import launch_bounds
 from . import FP32, Kernel
 
 BM = 32   # rows of the C tile = lanes of a warp
@@ -45,10 +46,11 @@ def config():
 def make_kernel(BN=32, PAD=0):
     """The column-walk kernel; ``PAD=0``: 32-way bank conflicts, ``PAD=1``: none."""
     NT = BM * BN  # threads per block
+    SA = (BM, BK + PAD)
 
-    @cuda.jit
+    @cuda.jit(**launch_bounds(NT))    # <= 64 registers per thread, or 1024 threads do not fit
     def column_walk(A, B, C):
-        sA = cuda.shared.array((BM, BK + PAD), float32)  # (m, k) tile of A, rows padded by PAD
+        sA = cuda.shared.array(SA, float32)  # (m, k) tile of A, BK + PAD words per row
         sB = cuda.shared.array((BK, BN), float32)        # (k, n) tile of B
         M, K = A.shape
         N = B.shape[1]
@@ -111,13 +113,18 @@ def padded(a, b, c, BN=None):
 
 _SIG = "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])"
 
+
+def _ptx(PAD):
+    return (make_kernel(GPU_CONFIG["BN"], PAD).py_func, _SIG,
+            {"launch_bounds": (BM * GPU_CONFIG["BN"], 1)})
+
 KERNELS = [
     Kernel("k03_bank_conflicts", 3, "numba", FP32,
            "lanes walk down a column of a 32 x 32 shared tile: 32-way bank conflicts",
            launch=bank_conflicts, source=make_kernel,
-           ptx=lambda cc: (make_kernel(GPU_CONFIG["BN"], 0).py_func, _SIG)),
+           ptx=lambda cc: _ptx(0)),
     Kernel("k03_padded", 3, "numba", FP32,
            "the same column walk, tile rows padded to 33 words: 1-way (conflict-free)",
            launch=padded, source=make_kernel,
-           ptx=lambda cc: (make_kernel(GPU_CONFIG["BN"], 1).py_func, _SIG)),
+           ptx=lambda cc: _ptx(1)),
 ]

@@ -1,0 +1,488 @@
+"""Lesson 04: register tiling, from 1 output per thread to cuBLAS speed, in four steps.
+
+Lesson 02's kernel does one multiply-add per two shared-memory loads. Shared memory is fast,
+but not that fast: the inner loop is limited by loads, not arithmetic. The cure is to make
+each thread compute *several* outputs, keeping the operands it reuses in registers:
+
+* ``k04_1d_tiling`` — each thread computes TM outputs down a column of C. One value of B,
+  loaded once into a register, serves TM multiply-adds.
+* ``k04_2d_tiling`` — each thread computes a TM x TN tile: per k it loads TM values of A and
+  TN of B into registers (``rA``, ``rB``) and does TM * TN multiply-adds, their outer
+  product. With 8 x 8: 64 FMAs per 16 loads.
+* ``k04_vectorized`` — the same with 128-bit loads: the A tile is stored *transposed* in
+  shared memory (``sA[k, m]``), so the TM values a thread needs are contiguous and arrive as
+  float4s; global loads are float4s too (``gemm_lessons.ptx_simt``).
+* ``k04_register_tiling`` — the finished kernel: warp tiling (a warp's 32 threads cover a
+  compact WM x WN tile, and each thread's 8 rows are two float4s WM/2 apart, so a warp reads
+  shared memory without bank conflicts), the next tile loaded from global memory into
+  registers while this one is multiplied, and two shared buffers, so one ``syncthreads`` per
+  tile is enough.
+
+Names follow the course: BM x BN block tile, BK deep; TM x TN outputs per thread; WM x WN per
+warp; ``sA``/``sB`` shared tiles, ``rA``/``rB`` register fragments, ``acc`` accumulators.
+
+Loops and registers: numba has no ``#pragma unroll``. A ``cuda.local.array`` indexed only by
+constants after LLVM unrolls the small ``for i in range(TM)`` loops lives in registers
+(check: no ``ld.local`` in the PTX); the k loop of the last kernel calls the one-k step twice
+per trip by hand, because LLVM does not unroll a loop that large.
+
+Shapes and strides: the first two kernels index A and B through their strides and mask at
+every boundary. The last two need, for their 128-bit loads, rows that are contiguous and
+16-byte aligned with K a multiple of 4 (for A) and N a multiple of 4 (for B); the launcher
+passes operands that qualify as they are (any 4096 x 4096 torch tensor does) and copies
+the others into zero-padded buffers. The kernels mask the remaining M, N and K edges.
+"""
+from functools import lru_cache
+
+import torch
+from numba import cuda, float32
+
+from .. import engines
+from ..ptx_simt import SMEM_ALIGN, launch_bounds, ld_global_v4, ld_shared_v4, st_global_v4, st_shared_v4
+from . import FP32, Kernel
+
+# Simulator configs are small (each CUDA thread is a Python thread there); GPU configs large.
+SIM_CONFIGS = {
+    "k04_1d_tiling": dict(BM=16, BN=16, BK=4, TM=4),
+    "k04_2d_tiling": dict(BM=32, BN=32, BK=4, TM=4, TN=4),
+    "k04_vectorized": dict(BM=32, BN=32, BK=8, TM=4, TN=4),
+    "k04_register_tiling": dict(BM=32, BN=32, BK=8, WM=32, WN=16, TM=4, TN=4),
+}
+GPU_CONFIGS = {
+    "k04_1d_tiling": dict(BM=64, BN=64, BK=8, TM=8),
+    "k04_2d_tiling": dict(BM=128, BN=128, BK=8, TM=8, TN=8),
+    "k04_vectorized": dict(BM=128, BN=128, BK=8, TM=8, TN=8),
+    "k04_register_tiling": dict(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8),
+}
+
+
+def config(name):
+    """The tile configuration ``name`` runs with here (GPU or simulator)."""
+    return dict((GPU_CONFIGS if engines.on_gpu() else SIM_CONFIGS)[name])
+
+
+def _cdiv(a, b):
+    return (a + b - 1) // b
+
+
+# ----------------------------------------------------------------------- step 1: 1-D tiles
+@lru_cache(maxsize=None)
+def make_1d_tiling(BM=64, BN=64, BK=8, TM=8):
+    """Each thread computes TM consecutive rows of one column of C (BM/TM x BN threads)."""
+    NT = (BM // TM) * BN              # threads per block
+
+    @cuda.jit
+    def tiling_1d(A, B, C):
+        sA = cuda.shared.array((BM, BK), float32)   # (m, k)
+        sB = cuda.shared.array((BK, BN), float32)   # (k, n)
+        acc = cuda.local.array(TM, float32)         # TM outputs, in registers
+        M, K = A.shape
+        N = B.shape[1]
+        t = cuda.threadIdx.x
+        tn = t % BN                 # the thread's column in the block tile (lanes along n)
+        tm = t // BN                # its group of TM rows
+        m0 = cuda.blockIdx.y * BM
+        n0 = cuda.blockIdx.x * BN
+        for i in range(TM):
+            acc[i] = 0.0
+        for k0 in range(0, K, BK):
+            for e in range(t, BM * BK, NT):       # the A tile, k fastest (coalesced)
+                r = e // BK
+                c = e % BK
+                if m0 + r < M and k0 + c < K:
+                    sA[r, c] = A[m0 + r, k0 + c]
+                else:
+                    sA[r, c] = 0.0
+            for e in range(t, BK * BN, NT):       # the B tile, n fastest (coalesced)
+                r = e // BN
+                c = e % BN
+                if k0 + r < K and n0 + c < N:
+                    sB[r, c] = B[k0 + r, n0 + c]
+                else:
+                    sB[r, c] = 0.0
+            cuda.syncthreads()
+            for k in range(BK):
+                b = sB[k, tn]                     # one load from shared memory...
+                for i in range(TM):               # ...used by TM multiply-adds
+                    acc[i] += sA[tm * TM + i, k] * b
+            cuda.syncthreads()
+        for i in range(TM):
+            if m0 + tm * TM + i < M and n0 + tn < N:
+                C[m0 + tm * TM + i, n0 + tn] = acc[i]
+
+    return tiling_1d
+
+
+def tiling_1d(a, b, c, **cfg):
+    """C = A @ B, TM outputs per thread. Any shape (masks), any strides (no copy)."""
+    cfg = cfg or config("k04_1d_tiling")
+    BM, BN, TM = cfg["BM"], cfg["BN"], cfg["TM"]
+    M, N = c.shape
+    kernel = make_1d_tiling(**cfg)
+    A, B, C = engines.as_numba(a), engines.as_numba(b), engines.as_numba(c)
+    kernel[(_cdiv(N, BN), _cdiv(M, BM)), (BM // TM) * BN, engines.numba_stream()](A, B, C)
+
+
+# ----------------------------------------------------------------------- step 2: 2-D tiles
+@lru_cache(maxsize=None)
+def make_2d_tiling(BM=128, BN=128, BK=8, TM=8, TN=8):
+    """Each thread computes a TM x TN tile of C from register fragments rA, rB."""
+    TCOLS = BN // TN                  # threads across the block tile
+    NT = (BM // TM) * TCOLS           # threads per block
+
+    @cuda.jit
+    def tiling_2d(A, B, C):
+        sA = cuda.shared.array((BM, BK), float32)   # (m, k)
+        sB = cuda.shared.array((BK, BN), float32)   # (k, n)
+        rA = cuda.local.array(TM, float32)          # a column of A's tile, in registers
+        rB = cuda.local.array(TN, float32)          # a row of B's tile, in registers
+        acc = cuda.local.array((TM, TN), float32)
+        M, K = A.shape
+        N = B.shape[1]
+        t = cuda.threadIdx.x
+        tm = t // TCOLS             # the thread's tile: rows tm*TM.., columns tn*TN..
+        tn = t % TCOLS
+        m0 = cuda.blockIdx.y * BM
+        n0 = cuda.blockIdx.x * BN
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] = 0.0
+        for k0 in range(0, K, BK):
+            for e in range(t, BM * BK, NT):
+                r = e // BK
+                c = e % BK
+                if m0 + r < M and k0 + c < K:
+                    sA[r, c] = A[m0 + r, k0 + c]
+                else:
+                    sA[r, c] = 0.0
+            for e in range(t, BK * BN, NT):
+                r = e // BN
+                c = e % BN
+                if k0 + r < K and n0 + c < N:
+                    sB[r, c] = B[k0 + r, n0 + c]
+                else:
+                    sB[r, c] = 0.0
+            cuda.syncthreads()
+            for k in range(BK):
+                for i in range(TM):                 # TM + TN loads from shared memory...
+                    rA[i] = sA[tm * TM + i, k]
+                for j in range(TN):
+                    rB[j] = sB[k, tn * TN + j]
+                for i in range(TM):                 # ...feed TM * TN multiply-adds
+                    for j in range(TN):
+                        acc[i, j] += rA[i] * rB[j]
+            cuda.syncthreads()
+        for i in range(TM):
+            for j in range(TN):
+                if m0 + tm * TM + i < M and n0 + tn * TN + j < N:
+                    C[m0 + tm * TM + i, n0 + tn * TN + j] = acc[i, j]
+
+    return tiling_2d
+
+
+def tiling_2d(a, b, c, **cfg):
+    """C = A @ B, TM x TN outputs per thread. Any shape (masks), any strides (no copy)."""
+    cfg = cfg or config("k04_2d_tiling")
+    BM, BN, TM, TN = cfg["BM"], cfg["BN"], cfg["TM"], cfg["TN"]
+    M, N = c.shape
+    kernel = make_2d_tiling(**cfg)
+    A, B, C = engines.as_numba(a), engines.as_numba(b), engines.as_numba(c)
+    threads = (BM // TM) * (BN // TN)
+    kernel[(_cdiv(N, BN), _cdiv(M, BM)), threads, engines.numba_stream()](A, B, C)
+
+
+# ------------------------------------------------------ operands for 128-bit (float4) loads
+def _float4_ready(t):
+    """Rows contiguous and 16-byte aligned, width a multiple of 4: float4 loads work."""
+    return (t.stride(1) == 1 and t.stride(0) % 4 == 0 and t.shape[1] % 4 == 0
+            and t.data_ptr() % 16 == 0)
+
+
+def _padded4(t):
+    """``t`` as is if float4 loads work on it, else a copy with its width rounded up to a
+    multiple of 4 (zeros in the new columns), contiguous and aligned."""
+    if _float4_ready(t):
+        return t
+    rows, cols = t.shape
+    out = torch.zeros(rows, _cdiv(cols, 4) * 4, dtype=t.dtype, device=t.device)
+    out[:, :cols] = t
+    return out
+
+
+def _vector_launch(kernel, a, b, c, BM, BN, threads):
+    """Launch a float4 kernel: pad A (width K) and B (width N) if needed, then go."""
+    M, N = c.shape
+    a4, b4 = _padded4(a), _padded4(b)
+    vec_c = int(N % 4 == 0 and c.data_ptr() % 16 == 0)   # float4 stores into C allowed
+    A, B, C = engines.as_numba(a4), engines.as_numba(b4), engines.as_numba(c)
+    kernel[(_cdiv(N, BN), _cdiv(M, BM)), threads, engines.numba_stream()](A, B, C, vec_c)
+
+
+# ------------------------------------------------- step 3: transposed A tile, float4 loads
+@lru_cache(maxsize=None)
+def make_vectorized(BM=128, BN=128, BK=8, TM=8, TN=8):
+    """2-D tiling with 128-bit loads: A tile transposed in shared memory (sA[k, m])."""
+    TCOLS = BN // TN
+    NT = (BM // TM) * TCOLS
+    KQ = BK // 4                      # float4s across a row of the A tile
+    NQ = BN // 4                      # float4s across a row of the B tile
+    PAD = 4                           # sA rows padded by 4 words: conflict-free transposed stores
+    SA = (BK, BM + PAD)
+    SB = (BK, BN)
+
+    @cuda.jit
+    def vectorized(A, B, C, vec_c):
+        sA = cuda.shared.array(SA, float32, alignment=SMEM_ALIGN)   # (k, m): A transposed
+        sB = cuda.shared.array(SB, float32, alignment=SMEM_ALIGN)   # (k, n)
+        rA = cuda.local.array(TM, float32)
+        rB = cuda.local.array(TN, float32)
+        acc = cuda.local.array((TM, TN), float32)
+        M, N = C.shape
+        K = A.shape[1]                 # A and B are float4-ready: widths multiples of 4
+        KB = B.shape[0]
+        NB = B.shape[1]
+        t = cuda.threadIdx.x
+        tm = t // TCOLS
+        tn = t % TCOLS
+        m0 = cuda.blockIdx.y * BM
+        n0 = cuda.blockIdx.x * BN
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] = 0.0
+        for k0 in range(0, K, BK):
+            for e in range(t, BM * KQ, NT):        # A tile: one float4 along k per step...
+                r = e // KQ
+                c = (e % KQ) * 4
+                if m0 + r < M and k0 + c < K:
+                    v = ld_global_v4(A, m0 + r, k0 + c)
+                else:
+                    v = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+                for q in range(4):                 # ...stored transposed: sA[k, m]
+                    sA[c + q, r] = v[q]
+            for e in range(t, BK * NQ, NT):        # B tile: float4 along n, stored as is
+                r = e // NQ
+                c = (e % NQ) * 4
+                if k0 + r < KB and n0 + c < NB:
+                    v = ld_global_v4(B, k0 + r, n0 + c)
+                else:
+                    v = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+                st_shared_v4(sB, r, c, v)
+            cuda.syncthreads()
+            for k in range(BK):
+                for g in range(TM // 4):           # TM/4 float4 loads of A's column k
+                    a = ld_shared_v4(sA, k, tm * TM + 4 * g)
+                    for q in range(4):
+                        rA[4 * g + q] = a[q]
+                for h in range(TN // 4):           # TN/4 float4 loads of B's row k
+                    b = ld_shared_v4(sB, k, tn * TN + 4 * h)
+                    for q in range(4):
+                        rB[4 * h + q] = b[q]
+                for i in range(TM):
+                    for j in range(TN):
+                        acc[i, j] += rA[i] * rB[j]
+            cuda.syncthreads()
+        for i in range(TM):
+            row = m0 + tm * TM + i
+            if row < M:
+                for h in range(TN // 4):
+                    col = n0 + tn * TN + 4 * h
+                    if vec_c and col + 3 < N:      # one 128-bit store
+                        st_global_v4(C, row, col, (acc[i, 4 * h], acc[i, 4 * h + 1],
+                                                   acc[i, 4 * h + 2], acc[i, 4 * h + 3]))
+                    else:
+                        for q in range(4):
+                            if col + q < N:
+                                C[row, col + q] = acc[i, 4 * h + q]
+
+    return vectorized
+
+
+def vectorized(a, b, c, **cfg):
+    """C = A @ B with float4 loads. Copies A or B into a zero-padded buffer unless its rows
+    are contiguous, 16-byte aligned and a multiple of 4 wide; masks the M, N, K edges."""
+    cfg = cfg or config("k04_vectorized")
+    kernel = make_vectorized(**cfg)
+    threads = (cfg["BM"] // cfg["TM"]) * (cfg["BN"] // cfg["TN"])
+    _vector_launch(kernel, a, b, c, cfg["BM"], cfg["BN"], threads)
+
+
+# --------------------------------------------- step 4: warp tiling, double buffering: final
+@lru_cache(maxsize=None)
+def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, MIN_BLOCKS=None):
+    """The finished SIMT kernel (see the module docstring). Each warp computes a WM x WN
+    tile; its lanes form an (WM/TM) x (WN/TN) grid; each thread holds TM x TN accumulators,
+    as (TM/4) x (TN/4) blocks of 4 x 4 spaced a quarter-warp-tile apart."""
+    LM = WM // TM                     # lanes down a warp tile
+    LN = WN // TN                     # lanes across it
+    if LM * LN != 32:
+        raise ValueError(f"a warp tile of {WM}x{WN} with {TM}x{TN} per thread needs "
+                         f"{LM * LN} lanes, not 32")
+    WARPS_N = BN // WN
+    NT = (BM // WM) * WARPS_N * 32    # threads per block
+    KQ = BK // 4                      # float4s across a row of the A tile
+    NQ = BN // 4                      # float4s across a row of the B tile
+    A_LOADS = BM * KQ // NT           # float4s of A per thread per tile
+    B_LOADS = BK * NQ // NT           # float4s of B per thread per tile
+    if A_LOADS * NT != BM * KQ or B_LOADS * NT != BK * NQ or BK % 2:
+        raise ValueError("the tiles must split evenly into float4 loads over the threads")
+    PAD = 4                           # sA rows padded: conflict-free transposed stores
+    SA = (2 * BK, BM + PAD)           # two buffers: rows 0..BK-1 and BK..2BK-1
+    SB = (2 * BK, BN)
+    ACC = (TM, TN)
+    GA = (A_LOADS, 4)                 # the next tile, on its way from global memory
+    GB = (B_LOADS, 4)
+    if MIN_BLOCKS is None:            # ask ptxas for registers enough for 2 blocks per SM
+        MIN_BLOCKS = 2 if NT >= 256 else 1
+
+    @cuda.jit(device=True, inline="always")
+    def mma_step(sA, sB, k, am, bn, rA, rB, acc):
+        """One k of the tile: TM/4 + TN/4 float4 loads, TM * TN multiply-adds."""
+        for g in range(TM // 4):
+            a = ld_shared_v4(sA, k, am + g * 4 * LM)
+            for q in range(4):
+                rA[4 * g + q] = a[q]
+        for h in range(TN // 4):
+            b = ld_shared_v4(sB, k, bn + h * 4 * LN)
+            for q in range(4):
+                rB[4 * h + q] = b[q]
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] += rA[i] * rB[j]
+
+    @cuda.jit(device=True, inline="always")
+    def load_tile(A, B, k0, t, m0, n0, gA, gB):
+        """Global -> registers: this thread's float4s of the A and B tiles at k0. Rows of
+        A past M and columns of B past N are clamped (read but never stored); k past K
+        reads 0."""
+        M, K = A.shape
+        KB, NB = B.shape
+        for i in range(A_LOADS):
+            e = t + i * NT
+            r = min(m0 + e // KQ, M - 1)
+            c = k0 + (e % KQ) * 4
+            if c < K:
+                v = ld_global_v4(A, r, c)
+            else:
+                v = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+            for q in range(4):
+                gA[i, q] = v[q]
+        for i in range(B_LOADS):
+            e = t + i * NT
+            r = k0 + e // NQ
+            c = min(n0 + (e % NQ) * 4, NB - 4)
+            if r < KB:
+                v = ld_global_v4(B, r, c)
+            else:
+                v = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
+            for q in range(4):
+                gB[i, q] = v[q]
+
+    @cuda.jit(device=True, inline="always")
+    def store_tile(sA, sB, buf, t, gA, gB):
+        """Registers -> shared buffer ``buf`` (row offset 0 or BK); A transposed."""
+        for i in range(A_LOADS):
+            e = t + i * NT
+            for q in range(4):
+                sA[buf + (e % KQ) * 4 + q, e // KQ] = gA[i, q]
+        for i in range(B_LOADS):
+            e = t + i * NT
+            st_shared_v4(sB, buf + e // NQ, (e % NQ) * 4, (gB[i, 0], gB[i, 1], gB[i, 2], gB[i, 3]))
+
+    @cuda.jit(device=True, inline="always")
+    def tile(A, B, sA, sB, buf, k0, t, m0, n0, am, bn, gA, gB, rA, rB, acc):
+        """One BK-deep tile: publish the registers loaded earlier into shared buffer
+        ``buf``, start loading the next tile, multiply this one."""
+        store_tile(sA, sB, buf, t, gA, gB)
+        cuda.syncthreads()        # one barrier per tile: the other buffer is the one in use
+        if k0 + BK < A.shape[1]:
+            load_tile(A, B, k0 + BK, t, m0, n0, gA, gB)    # in flight during the FMAs below
+        k = 0
+        while k < BK:             # two k per trip, by hand: numba has no "#pragma unroll"
+            mma_step(sA, sB, buf + k, am, bn, rA, rB, acc)
+            mma_step(sA, sB, buf + k + 1, am, bn, rA, rB, acc)
+            k += 2
+
+    # launch bounds: at most 65536 / (NT * MIN_BLOCKS) registers per thread
+    @cuda.jit(**launch_bounds(NT, MIN_BLOCKS))
+    def register_tiling(A, B, C, vec_c):
+        sA = cuda.shared.array(SA, float32, alignment=SMEM_ALIGN)   # (buffer k, m): A^T
+        sB = cuda.shared.array(SB, float32, alignment=SMEM_ALIGN)   # (buffer k, n)
+        rA = cuda.local.array(TM, float32)
+        rB = cuda.local.array(TN, float32)
+        acc = cuda.local.array(ACC, float32)
+        gA = cuda.local.array(GA, float32)
+        gB = cuda.local.array(GB, float32)
+        M, N = C.shape
+        K = A.shape[1]
+        t = cuda.threadIdx.x
+        warp = t // 32
+        lane = t % 32
+        # the thread's first row and column in the block tile: warp tile, then lane
+        am = (warp // WARPS_N) * WM + (lane // LN) * 4
+        bn = (warp % WARPS_N) * WN + (lane % LN) * 4
+        m0 = cuda.blockIdx.y * BM
+        n0 = cuda.blockIdx.x * BN
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] = 0.0
+        load_tile(A, B, 0, t, m0, n0, gA, gB)
+        k0 = 0
+        while k0 < K:             # two tiles per trip: buffers 0 and BK, both constants
+            tile(A, B, sA, sB, 0, k0, t, m0, n0, am, bn, gA, gB, rA, rB, acc)
+            if k0 + BK < K:
+                tile(A, B, sA, sB, BK, k0 + BK, t, m0, n0, am, bn, gA, gB, rA, rB, acc)
+            k0 += 2 * BK
+        for i in range(TM):       # row i of the thread tile: block g = i // 4 of 4 rows
+            row = m0 + am + (i // 4) * 4 * LM + i % 4
+            if row < M:
+                for h in range(TN // 4):
+                    col = n0 + bn + h * 4 * LN
+                    if vec_c and col + 3 < N:
+                        st_global_v4(C, row, col, (acc[i, 4 * h], acc[i, 4 * h + 1],
+                                                   acc[i, 4 * h + 2], acc[i, 4 * h + 3]))
+                    else:
+                        for q in range(4):
+                            if col + q < N:
+                                C[row, col + q] = acc[i, 4 * h + q]
+
+    register_tiling.threads = NT
+    register_tiling.launch_bounds = (NT, MIN_BLOCKS)
+    return register_tiling
+
+
+def register_tiling(a, b, c, **cfg):
+    """C = A @ B, the finished SIMT kernel. Copies A or B into a zero-padded buffer unless
+    its rows are contiguous, 16-byte aligned and a multiple of 4 wide (float4 loads); masks
+    the M, N, K edges in the kernel."""
+    cfg = cfg or config("k04_register_tiling")
+    kernel = make_register_tiling(**cfg)
+    _vector_launch(kernel, a, b, c, cfg["BM"], cfg["BN"], kernel.threads)
+
+
+# ----------------------------------------------------------------------------- registry
+_SIG = "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])"
+_SIG_VEC = "void(float32[:, ::1], float32[:, ::1], float32[:, ::1], int32)"
+
+
+def _ptx_final(cc):
+    k = make_register_tiling(**GPU_CONFIGS["k04_register_tiling"])
+    return k.py_func, _SIG_VEC, {"launch_bounds": k.launch_bounds}
+
+
+KERNELS = [
+    Kernel("k04_1d_tiling", 4, "numba", FP32,
+           "1-D register tiling: TM outputs per thread, one B value reused TM times",
+           launch=tiling_1d, source=make_1d_tiling,
+           ptx=lambda cc: (make_1d_tiling(**GPU_CONFIGS["k04_1d_tiling"]).py_func, _SIG)),
+    Kernel("k04_2d_tiling", 4, "numba", FP32,
+           "2-D register tiling: TM x TN outputs per thread from register fragments",
+           launch=tiling_2d, source=make_2d_tiling,
+           ptx=lambda cc: (make_2d_tiling(**GPU_CONFIGS["k04_2d_tiling"]).py_func, _SIG)),
+    Kernel("k04_vectorized", 4, "numba", FP32,
+           "2-D register tiling with float4 loads: A tile transposed in shared memory",
+           launch=vectorized, source=make_vectorized,
+           ptx=lambda cc: (make_vectorized(**GPU_CONFIGS["k04_vectorized"]).py_func, _SIG_VEC)),
+    Kernel("k04_register_tiling", 4, "numba", FP32,
+           "warp tiling, conflict-free float4 fragments, double-buffered tiles: the finished SIMT GEMM",
+           launch=register_tiling, source=make_register_tiling, ptx=_ptx_final),
+]
