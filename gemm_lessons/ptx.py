@@ -669,7 +669,8 @@ else:
         return np.uint16(r).view(np.int16)
 
     def f32_to_f16(x):
-        return np.float16(x)
+        with np.errstate(over="ignore"):     # as cvt.rn.f16.f32: too large -> inf
+            return np.float16(x)
 
     def f16_to_f32(x):
         return np.float32(x)

@@ -100,8 +100,11 @@ def layout_not_constant(C, lay):
     s = cuda.shared.array((16, 16), float16, alignment=AL)
     f = cuda.local.array(FA, float16)
     ptx.wmma_load_a(f, s, (0, 0), 16, "row" if lay else "col")
+def wait_not_constant(C, n):
+    ptx.cp_async_wait_group(n)
 for fn, sig in ((wrong_dtype, "void(float32[::1])"),
-                (layout_not_constant, "void(float32[::1], int64)")):
+                (layout_not_constant, "void(float32[::1], int64)"),
+                (wait_not_constant, "void(float32[::1], int64)")):
     try:
         cuda.compile_ptx(fn, sig, cc=(8, 0))
         print(fn.__name__, "COMPILED")
@@ -117,6 +120,8 @@ def test_misuse_is_refused_at_compile_time_with_a_clear_message(py):
     assert "float16 (fp16) or int16" in lines["wrong_dtype"]
     assert "compile-time constant" in lines["layout_not_constant"] or \
         "'row' or 'col'" in lines["layout_not_constant"]
+    assert "cp_async_wait_group: N must be a compile-time constant" in \
+        lines["wait_not_constant"]
 
 
 # --------------------------------------------------------- the emulation (simulator only)
