@@ -44,7 +44,7 @@ __all__ = ["SIMULATED", "FRAG_AB", "FRAG_C", "SMEM_ALIGN",
            "wmma_load_a", "wmma_load_b", "wmma_mma", "wmma_store_d",
            "cp_async16", "cp_async16_zfill", "cp_async_ca", "cp_async_commit_group",
            "cp_async_wait_group", "bf16_to_f32", "f32_to_bf16", "f16_to_f32", "f32_to_f16",
-           "MIN_CC"]
+           "MIN_CC", "INSTRUCTIONS"]
 
 #: True where the functions are Python emulations (numba's simulator).
 SIMULATED = engines.engine().kind == "simulator"
@@ -59,6 +59,24 @@ SMEM_ALIGN = None if SIMULATED else 128
 
 #: Minimum compute capability of each instruction family.
 MIN_CC = {"wmma": (7, 0), "wmma_bf16": (8, 0), "cp.async": (8, 0)}
+
+#: Each function: the PTX instruction it becomes, the minimum compute capability, and the
+#: SASS it turns into on sm_80 and later (what ptxas emits; see the lessons).
+INSTRUCTIONS = {
+    "wmma_load_a": ("wmma.load.a.sync.aligned.{row|col}.m16n16k16.shared.{f16|bf16}",
+                    (7, 0), "LDSM.16.M88.4 (ldmatrix)"),
+    "wmma_load_b": ("wmma.load.b.sync.aligned.{row|col}.m16n16k16.shared.{f16|bf16}",
+                    (7, 0), "LDSM.16.MT88.4 (ldmatrix .trans)"),
+    "wmma_mma": ("wmma.mma.sync.aligned.{row|col}.{row|col}.m16n16k16.f32.f32",
+                 (7, 0), "2 x HMMA.16816.F32"),
+    "wmma_store_d": ("wmma.store.d.sync.aligned.{row|col}.m16n16k16.f32", (7, 0), "STS / STG"),
+    "cp_async16": ("cp.async.cg.shared.global [dst], [src], 16", (8, 0), "LDGSTS.E.BYPASS.128"),
+    "cp_async16_zfill": ("cp.async.cg.shared.global [dst], [src], 16, src_bytes", (8, 0),
+                         "LDGSTS.E.BYPASS.128.ZFILL"),
+    "cp_async_ca": ("cp.async.ca.shared.global [dst], [src], {4|8|16}", (8, 0), "LDGSTS.E"),
+    "cp_async_commit_group": ("cp.async.commit_group", (8, 0), "LDGDEPBAR"),
+    "cp_async_wait_group": ("cp.async.wait_group N", (8, 0), "DEPBAR.LE SB0, N"),
+}
 
 _LAYOUTS = ("row", "col")
 
@@ -561,7 +579,8 @@ else:
         if lb == "col":
             B = B.T
         C = c[:256].reshape(16, 16)
-        C += A @ B
+        with np.errstate(all="ignore"):      # inf/NaN inputs give inf/NaN, as on the GPU
+            C += A @ B
 
     def wmma_store_d(arr, idx, ldm, acc, layout):
         fn = "wmma_store_d"

@@ -267,6 +267,62 @@ def cp_async_gemm(a3, b3, c3, out, alpha, beta, bias, activation):
     run(a3[0], b3[0], None if c3 is None else c3[0], out[0], alpha, beta)
 
 
+# ------------------------------------------------------ the missing wait, on the simulator
+@cuda.jit
+def copy_timeline(G, out):
+    # one thread, one asynchronous copy: what does shared memory hold before the wait?
+    s = cuda.shared.array(8, float16, alignment=SMEM_ALIGN)
+    if cuda.threadIdx.x == 0:
+        for i in range(8):
+            s[i] = -1.0                      # what the buffer held before
+        ptx.cp_async16(s, 0, G, 0)           # start copying G[0:8] into s[0:8]
+        ptx.cp_async_commit_group()
+        out[0] = s[0]                        # read too early
+        ptx.cp_async_wait_group(0)
+        out[1] = s[0]                        # read after the wait
+
+
+def _missing_wait_here():
+    g = torch.arange(1, 9, dtype=torch.float16)
+    out = torch.zeros(2, dtype=torch.float16)
+    copy_timeline[1, 32](engines.as_numba(g), engines.as_numba(out))
+    from .. import harness
+    cases = [c for c in harness.shape_suite(gpu=False) if c.name in ("square", "ragged")]
+    reports = []
+    for wait in (True, False):
+        run = (lambda w: lambda a, b, o: run_sim(a, b, o, w))(wait)
+        label = "k06" if wait else "k06 without cp_async_wait_group"
+        reports.append(str(harness.check(run, label, (torch.float16,), cases,
+                                         raise_on_fail=False)))
+    return {"before": float(out[0]), "after": float(out[1]), "reports": reports}
+
+
+def run_sim(a, b, c, wait):
+    run(a, b, None, c, config=SIM_CONFIG, wait=wait)
+
+
+def missing_wait_demo():
+    """What a kernel that forgets ``cp_async_wait_group`` reads, in the simulator (whose
+    cp.async lands copies at the latest moment PTX allows). On a GPU the same code is a
+    race whose outcome varies; the demonstration then runs in a child process with the
+    simulator switched on, so it prints the same everywhere."""
+    if not engines.on_gpu():
+        return _missing_wait_here()
+    import json
+    import os
+    import subprocess
+    import sys
+    env = dict(os.environ, GEMM_LESSONS_ENGINE="simulator")
+    code = ("import json, gemm_lessons\n"
+            "from gemm_lessons.kernels import k06_cp_async as k\n"
+            "print(json.dumps(k._missing_wait_here()))\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        raise RuntimeError("the simulated demonstration failed:\n" + proc.stderr[-3000:])
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
 def _ptx(cc, bf16=False):
     dt = "int16" if bf16 else "float16"
     return (make_kernel(**GPU_CONFIG, bf16=bf16).py_func,
