@@ -425,6 +425,7 @@ class EpilogueBench:
     ms: dict            # name -> milliseconds (k09, torch eager, torch.compile, cuBLAS mm)
     note: str = ""
     config: str = ""
+    bias: bool = True
 
     def tflops(self, name):
         return 2.0 * self.M * self.N * self.K / (self.ms[name] * 1e-3) / 1e12
@@ -435,7 +436,8 @@ class EpilogueBench:
 
     def __str__(self):
         dt = str(self.dtype).replace("torch.", "")
-        head = (f"bias + {self.activation} GEMM, {dt}, M={self.M} N={self.N} K={self.K}"
+        what = " + ".join(["bias"] * self.bias + [str(self.activation)] * bool(self.activation))
+        head = (f"GEMM + {what or 'nothing'}, {dt}, M={self.M} N={self.N} K={self.K}"
                 + (f" [{self.config}]" if self.config else ""))
         if not self.ms:
             return f"{head}: not timed ({self.note})"
@@ -448,10 +450,11 @@ class EpilogueBench:
 
 
 def _torch_epilogue(activation):
+    """The same computation in torch: ``act(addmm(bias, a, b))`` (``a @ b`` without a bias)."""
     import torch.nn.functional as F
 
     def fn(a, b, bias):
-        y = torch.addmm(bias, a, b)
+        y = torch.mm(a, b) if bias is None else torch.addmm(bias, a, b)
         if activation == "gelu":
             return F.gelu(y)
         if activation == "relu":
@@ -462,45 +465,57 @@ def _torch_epilogue(activation):
     return fn
 
 
+BASELINES = ("torch eager", "torch.compile", "cuBLAS mm alone")
+
+
 def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gelu", *,
-                   compile=True, config=None, b_layout="row", seed=0):
-    """Time the fused bias + activation GEMM against torch eager (``addmm`` then the
-    activation) and ``torch.compile`` of the same function, in one run, after checking that
-    all three agree. ``b_layout="transposed"`` passes B as ``W.t()`` of an (N, K) weight, as
-    ``nn.Linear`` stores it. On the simulator nothing is timed."""
+                   bias=True, baselines=BASELINES, config=None, b_layout="row", seed=0):
+    """Time the fused (bias +) activation GEMM and, in the same run, ``baselines``: torch
+    eager (``addmm`` then the activation), ``torch.compile`` of the same function, and
+    cuBLAS's ``mm`` alone (no epilogue at all), after checking that they agree.
+    ``b_layout="transposed"`` passes B as ``W.t()`` of an (N, K) weight, as ``nn.Linear``
+    stores it. ``config`` overrides the tile configuration. On the simulator nothing is
+    timed."""
     from .. import harness
-    res = EpilogueBench(M, N, K, dtype, activation, {},
-                        config=str(config or default_config(dtype)))
+    cfg = config or default_config(dtype)
+    res = EpilogueBench(M, N, K, dtype, activation, {}, config=str(cfg), bias=bias)
     if not engines.on_gpu():
         res.note = harness.SIMULATOR_NOTE
         return res
-    a, b = harness.make_operands(M, N, K, dtype, seed=seed, b=b_layout)
-    a, b = a / 8, b / 8                       # keep |a @ b| near 1 (gelu's interesting range)
+    gen = torch.Generator().manual_seed(seed)
+    dev = engines.device()
+    # |a @ b| near 1, gelu's curved range: entries of size 1/8 and 1/sqrt(K) * 8
+    a = (torch.randn(M, K, generator=gen) / 8).to(dtype).to(dev)
     if b_layout == "transposed":
-        b = b.t().contiguous().t()
-    gen = torch.Generator().manual_seed(seed + 1)
-    bias = torch.randn(N, generator=gen).to(dtype).to(a.device)
-    out = torch.empty(1, M, N, dtype=dtype, device=a.device)
+        b = (torch.randn(N, K, generator=gen) * (8 / K ** 0.5)).to(dtype).to(dev).t()
+    else:
+        b = (torch.randn(K, N, generator=gen) * (8 / K ** 0.5)).to(dtype).to(dev)
+    bias_t = torch.randn(N, generator=gen).to(dtype).to(dev) if bias else None
+    out = torch.empty(1, M, N, dtype=dtype, device=dev)
+    a3, b3 = a.unsqueeze(0), b.unsqueeze(0)
 
     def ours():
-        return fused_gemm(a.unsqueeze(0), b.unsqueeze(0), None, out, 1.0, 0.0, bias,
-                          activation, split_k=1, config=config)
+        return fused_gemm(a3, b3, None, out, 1.0, 0.0, bias_t, activation, split_k=1,
+                          config=cfg)[0]
 
     eager = _torch_epilogue(activation)
-    compiled = torch.compile(eager)
-    ref = eager(a, b, bias)
-    for name, fn in (("k09_fused_epilogue", ours), ("torch.compile", lambda: compiled(a, b, bias))):
-        got = fn()
-        got = got[0] if got.dim() == 3 else got
-        err = ((got.float() - ref.float()).norm() / ref.float().norm()).item()
+    runs = {"k09_fused_epilogue": ours}
+    if "torch eager" in baselines:
+        runs["torch eager"] = lambda: eager(a, b, bias_t)
+    if "torch.compile" in baselines:
+        compiled = torch.compile(eager)
+        runs["torch.compile"] = lambda: compiled(a, b, bias_t)
+    ref = eager(a, b, bias_t).float()
+    for name, fn in runs.items():          # check before timing
+        err = ((fn().float() - ref).norm() / ref.norm()).item()
         if not err < 1e-2:
             raise harness.CheckError(f"{name} disagrees with torch eager: relative error "
                                      f"{err:.1e}; not timing it")
-    res.ms["k09_fused_epilogue"] = harness.time_cuda(ours)
-    res.ms["torch eager"] = harness.time_cuda(lambda: eager(a, b, bias))
-    res.ms["torch.compile"] = harness.time_cuda(lambda: compiled(a, b, bias))
-    mm_out = torch.empty(M, N, dtype=dtype, device=a.device)
-    res.ms["cuBLAS mm alone"] = harness.time_cuda(lambda: torch.mm(a, b, out=mm_out))
+    for name, fn in runs.items():
+        res.ms[name] = harness.time_cuda(fn)
+    if "cuBLAS mm alone" in baselines:
+        mm_out = torch.empty(M, N, dtype=dtype, device=dev)
+        res.ms["cuBLAS mm alone"] = harness.time_cuda(lambda: torch.mm(a, b, out=mm_out))
     return res
 
 
