@@ -213,6 +213,16 @@ def test_batch_of_split_k(rec):
     assert grid[1] == B and grid[2] > 1
 
 
+def test_a_batch_beyond_the_grid_limit_runs_in_chunks(rec, monkeypatch):
+    monkeypatch.setattr(k09, "MAX_GRID_YZ", 2)           # as if 65535 were 2
+    a, b = rand(5, 9, 20), rand(20, 11, seed=1)
+    out = gl.gemm(a, b, bias=rand(11, seed=3), activation="relu")
+    for i in range(5):
+        ref, scale = reference(a[i], b, None, 1.0, 0.0, rand(11, seed=3), "relu")
+        assert_close(out[i], ref, scale, torch.float16, f"batch {i}")
+    assert [call[0][1] for call in rec[0].calls] == [2, 2, 1]
+
+
 @pytest.mark.parametrize("name", KERNELS)
 def test_transposed_and_sliced_operands_are_used_in_place(rec, name):
     M, N, K = 23, 17, 40

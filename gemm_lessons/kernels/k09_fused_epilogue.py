@@ -56,6 +56,7 @@ LEAKY_SLOPE = 0.01                      # torch.nn.functional.leaky_relu's defau
 NOMINAL_SMS = 132                       # an H100/H200: the split-K rule's SM count off-GPU
 MIN_K_ITERS_PER_SPLIT = 8               # a K slice keeps at least 8 BLOCK_SIZE_K steps
 MAX_SPLIT_K = 64
+MAX_GRID_YZ = 65535                     # CUDA's limit on grid axes 1 and 2
 
 
 # ----------------------------------------------------------------------------- kernels
@@ -313,6 +314,12 @@ def fused_gemm(a3, b3, c3, out, alpha=1.0, beta=0.0, bias=None, activation=None,
     """
     B, M, K = a3.shape
     N = b3.shape[2]
+    if B > MAX_GRID_YZ:   # the batch is grid axis 1, at most 65535 programs: run in chunks
+        for i in range(0, B, MAX_GRID_YZ):
+            part = slice(i, i + MAX_GRID_YZ)
+            fused_gemm(a3[part], b3[part], None if c3 is None else c3[part], out[part], alpha,
+                       beta, bias, activation, split_k=split_k, config=config)
+        return out
     reads_ab, reads_c = _reads(alpha, beta)
     act = ACTIVATION_CODES[activation]
     c_args = (c3, *c3.stride()) if reads_c else (out, 0, 0, 0)   # never dereferenced if unread
