@@ -5,8 +5,9 @@ torch.compile, and split-K against the same kernel without a split.
     python tools/sweep_k09.py --quick    # checks and the two headline measurements only
 
 What it does, in one process:
-1. checks both kernels on the shape suite in fp16, bf16 and fp32 (``gl.check``), and the
-   BLAS promises on the GPU (NaN in C with beta = 0, NaN in A and B with alpha = 0);
+1. checks both kernels on the shape suite in fp16 (``gl.check``; every dtype and every
+   semantic: ``pytest tests/test_k09_fused_epilogue.py``), and the BLAS promises on the GPU
+   (NaN in C with beta = 0, NaN in A and B with alpha = 0, a broadcast batch);
 2. the headline: bias + gelu, fp16, M=8192, N=16384, K=4096 (an MLP up-projection): k09
    against torch eager (``gelu(addmm(b, x, W))``), ``torch.compile`` of the same function,
    and cuBLAS's ``mm`` alone (the GEMM with no epilogue: what fusion has to hide);
@@ -100,7 +101,7 @@ def tma_gemm(cfg, persistent=True):
                   else TensorDescriptor.from_tensor(b, [BK, BN]))
         tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN)
         grid = min(sms, tiles) if persistent else tiles
-        tma_persistent_kernel[(grid,)](
+        run.last = tma_persistent_kernel[(grid,)](
             a_desc, b_desc, bias, out, M, N, K, out.stride(0),
             ACTIVATION=k09.ACTIVATION_CODES[activation], B_KMAJOR=kmajor,
             BLOCK_SIZE_M=BM, BLOCK_SIZE_N=BN, BLOCK_SIZE_K=BK, GROUP_SIZE_M=cfg.GROUP_SIZE_M,
@@ -132,21 +133,57 @@ def bench_tma(cfg, persistent, b_layout, eager_ms):
         raise harness.CheckError(f"TMA variant wrong: relative error {err:.1e}")
     ms = harness.time_cuda(lambda: run(a, b, bias, out))
     add(f"TMA {'persistent' if persistent else 'one tile/program'}",
-        f"tma B {b_layout}", cfg, ms, M, N, K, {"torch eager": eager_ms / ms})
+        f"tma B {b_layout}", cfg, ms, M, N, K, {"torch eager": eager_ms / ms},
+        compiled_info(getattr(run, "last", None)))
+
+
+class Capture:
+    """Wraps a @triton.jit kernel: keeps the compiled kernel of the last launch, so the
+    table can show its registers, spills, shared memory and programs per SM."""
+
+    def __init__(self, kernel):
+        self.kernel, self.last = kernel, None
+
+    def __getitem__(self, grid):
+        def launch(*args, **kwargs):
+            self.last = self.kernel[grid](*args, **kwargs)
+            return self.last
+        return launch
+
+    def info(self):
+        return compiled_info(self.last)
+
+
+def compiled_info(k):
+    """Registers, spills, shared memory and programs per SM of a compiled kernel."""
+    try:
+        regs, spills = k.n_regs, k.n_spills
+        smem, warps = k.metadata.shared, k.metadata.num_warps
+        per_sm = min(65536 // max(1, regs * 32 * warps), (228 * 1024) // max(1, smem + 1024))
+        return f"{regs} regs, {spills} spills, {smem // 1024} KB smem, {per_sm}/SM"
+    except Exception:  # noqa: BLE001 - diagnostics only
+        return "?"
+
+
+CAPTURE = {}
 
 
 def log(msg):
     print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
 
 
-def add(section, what, config, ms, M, N, K, ratios=None):
+def add(section, what, config, ms, M, N, K, ratios=None, info=""):
     ROWS.append((section, what, str(config), ms, 2.0 * M * N * K / (ms * 1e-3) / 1e12,
-                 ratios or {}))
+                 ratios or {}, info))
+
+
+def kernel_info(name="fused_gemm_kernel"):
+    return CAPTURE[name].info() if name in CAPTURE else ""
 
 
 def record(section, res, name="k09_fused_epilogue"):
     ratios = {b: res.ratio(b) for b in res.ms if b != name}
-    add(section, name, res.config, res.ms[name], res.M, res.N, res.K, ratios)
+    add(section, name, res.config, res.ms[name], res.M, res.N, res.K, ratios, kernel_info())
     for b in ratios:
         add(section, f"  {b}", "", res.ms[b], res.M, res.N, res.K)
 
@@ -161,8 +198,8 @@ def guarded(label, fn):
 
 
 def checks():
-    for name in ("k09_fused_epilogue", "k09_split_k"):   # fp32 too: pytest tests/test_k09*
-        log(str(gl.check(name, dtypes=(torch.float16, torch.bfloat16))))
+    for name in ("k09_fused_epilogue", "k09_split_k"):   # every dtype: pytest tests/test_k09*
+        log(str(gl.check(name, dtypes=(torch.float16,))))
     dev = gl.device()
     gen = torch.Generator().manual_seed(0)
     a, b, c = (torch.randn(*s, generator=gen).half().to(dev) for s in ((300, 200), (200, 260),
@@ -196,6 +233,7 @@ def main(argv=None):
     log(f"{gl.engine()}; torch {torch.__version__}, triton {triton.__version__}")
     checks()
     M, N, K = HEAD
+    CAPTURE["fused_gemm_kernel"] = k09.fused_gemm_kernel = Capture(k09.fused_gemm_kernel)
 
     log("headline: bias + gelu, fp16 (torch.compile compiles first)")
     res = k09.bench_epilogue(M, N, K, torch.float16, "gelu")
@@ -220,7 +258,7 @@ def main(argv=None):
                 add("configs bias+gelu", "k09_fused_epilogue", cfg, r.ms["k09_fused_epilogue"],
                     M, N, K, {"torch eager": res.ms["torch eager"] / r.ms["k09_fused_epilogue"],
                               "torch.compile": res.ms["torch.compile"]
-                              / r.ms["k09_fused_epilogue"]})
+                              / r.ms["k09_fused_epilogue"]}, kernel_info())
         for cfg in (None, CONFIGS[1]):
             for bias, act in ((False, None), (True, None), (False, "gelu")):
                 what = " + ".join(["bias"] * bias + ["gelu"] * bool(act)) or "nothing"
@@ -266,10 +304,12 @@ def main(argv=None):
                     {"split_k=1": b1 / ms})
 
     print()
-    print(f"{'section':<24} {'what':<26} {'config':<24} {'ms':>9} {'TFLOP/s':>8}  ratios (>1: faster)")
-    for section, what, cfg, ms, tf, ratios in ROWS:
+    print(f"{'section':<24} {'what':<26} {'config':<24} {'ms':>9} {'TFLOP/s':>8}  "
+          f"ratios (>1: k09 faster)  [compiled: registers, spills, shared memory, programs/SM]")
+    for section, what, cfg, ms, tf, ratios, info in ROWS:
         rs = ", ".join(f"{r:.2f}x {b}" for b, r in ratios.items())
-        print(f"{section:<24} {what:<26} {cfg:<24} {ms:9.4f} {tf:8.1f}  {rs}")
+        print(f"{section:<24} {what:<26} {cfg:<24} {ms:9.4f} {tf:8.1f}  {rs}"
+              + (f"  [{info}]" if info else ""))
     head = [r for r in ROWS if r[0] == "headline fp16" and r[1] == "k09_fused_epilogue"][0]
     print(f"\nheadline: k09 vs torch eager {head[5]['torch eager']:.2f}x (target 1.30x), vs "
           f"torch.compile {head[5]['torch.compile']:.2f}x (target 1.00x), vs cuBLAS mm "
