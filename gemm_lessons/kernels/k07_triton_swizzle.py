@@ -45,8 +45,9 @@ import triton.language as tl
 from .. import engines
 from . import Kernel
 
-__all__ = ["matmul_kernel", "grouped_pid", "grouped_order", "program_order", "first_wave", "wave_traffic",
-           "TileConfig", "config_for", "check_offsets", "operands", "matmul", "rowmajor", "asm_job", "asm"]
+__all__ = ["matmul_kernel", "grouped_pid", "grouped_order", "program_order", "first_wave",
+           "wave_traffic", "TileConfig", "config_for", "check_offsets", "operands", "matmul",
+           "rowmajor", "asm_job", "asm"]
 
 
 # ------------------------------------------------------------------ the tile order
