@@ -50,10 +50,10 @@ K06_CONFIGS = [
     dict(BM=256, BN=128, BK=32, WM=64, WN=64, STAGES=4),
     dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=4),   # 4 warps, 2 blocks/SM?
     dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=3),
-    dict(BM=128, BN=128, BK=64, WM=64, WN=64, STAGES=3),
-    dict(BM=128, BN=256, BK=64, WM=64, WN=64, STAGES=3),
-    dict(BM=128, BN=128, BK=32, WM=64, WN=32, STAGES=4),   # 8 warps of 64x32
-    dict(BM=64, BN=256, BK=32, WM=32, WN=64, STAGES=4),
+    dict(BM=128, BN=256, BK=64, WM=64, WN=64, STAGES=3),   # half the barriers per K
+    dict(BM=128, BN=128, BK=32, WM=64, WN=32, STAGES=4),   # 8 warps of 64x32, 2 blocks/SM
+    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, GROUP_M=16),
+    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, GROUP_M=1),    # no L2 grouping
 ]
 
 
@@ -67,7 +67,8 @@ def dt(d):
 
 def name_of(kind, c):
     s = f"{kind} {c['BM']}x{c['BN']}x{c['BK']}/{c['WM']}x{c['WN']}"
-    return s + (f"/s{c['STAGES']}" if "STAGES" in c else "")
+    s += f"/s{c['STAGES']}" if "STAGES" in c else ""
+    return s + (f"/g{c['GROUP_M']}" if "GROUP_M" in c else "")
 
 
 def runner(kind, cfg):

@@ -46,7 +46,8 @@ GROUP_M = 8      # blocks that share a band of B run together (L2 reuse)
 
 
 @lru_cache(maxsize=None)
-def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=True):
+def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=True,
+                GROUP_M=GROUP_M):
     """The pipelined WMMA kernel for one configuration. ``wait=False`` builds the broken
     variant that forgets ``cp_async_wait_group`` (lesson 06 shows what it computes)."""
     dt = int16 if bf16 else float16                      # bf16 travels as its 16 bits
@@ -184,7 +185,8 @@ def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=
 
     cp_async_gemm.threads = NT
     cp_async_gemm.smem_bytes = SMEM_BYTES
-    cp_async_gemm.config = dict(BM=BM, BN=BN, BK=BK, WM=WM, WN=WN, STAGES=STAGES)
+    cp_async_gemm.config = dict(BM=BM, BN=BN, BK=BK, WM=WM, WN=WN, STAGES=STAGES,
+                                GROUP_M=GROUP_M)
     return cp_async_gemm
 
 
@@ -250,7 +252,7 @@ def run(a, b, c, out, alpha=1.0, beta=0.0, config=None, wait=True):
     Cin = c if (c is not None and beta != 0) else out       # beta == 0: never read
     args = (engines.as_numba(A), engines.as_numba(B), engines.as_numba(Cin),
             engines.as_numba(out), M, N, K, lda, ldb, np.float32(alpha), np.float32(beta))
-    grid = ((M + cfg["BM"] - 1) // cfg["BM"]) * ((N + cfg["BN"] - 1) // cfg["BN"])
+    grid = ((M + cfg["BM"] - 1) // cfg["BM"]) * ((N + cfg["BN"] - 1) // cfg["BN"])  # 1-D
     _allow_smem(kernel, args, kernel.smem_bytes)
     kernel[grid, kernel.threads, engines.numba_stream(), kernel.smem_bytes](*args)
 
