@@ -105,6 +105,11 @@ def _apply(eng: Engine):
             raise EngineError(
                 "numba's CUDA simulator is already on in this process, so the GPU cannot be "
                 "used: unset NUMBA_ENABLE_CUDASIM and restart Python (or the Jupyter kernel).")
+    if want_sim and "triton" in sys.modules and os.environ.get("TRITON_INTERPRET") != "1":
+        raise EngineError(
+            "triton was imported before gemm_lessons with no usable GPU, so Triton kernels "
+            "cannot run (its interpreter is switched on at import). Import gemm_lessons first, "
+            "or set TRITON_INTERPRET=1 before starting Python; in Jupyter, restart the kernel.")
     if want_sim:
         _SET_BY_US = _SET_BY_US or os.environ.get("NUMBA_ENABLE_CUDASIM", "0") in ("", "0")
         os.environ["NUMBA_ENABLE_CUDASIM"] = "1"

@@ -29,6 +29,13 @@ def test_numba_imported_first_without_gpu_is_a_clear_error(py):
     assert "EngineError" in r.stderr and "Import gemm_lessons first" in r.stderr
 
 
+@pytest.mark.skipif(not NO_GPU, reason="checks the no-GPU path")
+def test_triton_imported_first_without_gpu_is_a_clear_error(py):
+    r = py("import triton\nimport gemm_lessons")
+    assert r.returncode != 0
+    assert "EngineError" in r.stderr and "Import gemm_lessons first" in r.stderr
+
+
 def test_forced_simulator_and_bad_setting(py):
     r = py("import gemm_lessons as gl; print(gl.engine())", {"GEMM_LESSONS_ENGINE": "simulator"})
     assert r.returncode == 0 and r.stdout.startswith("simulator") and "GEMM_LESSONS_ENGINE" in r.stdout

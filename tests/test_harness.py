@@ -94,3 +94,16 @@ def test_bench_on_simulator_times_nothing_and_says_why():
         pytest.skip("simulator path")
     r = harness.bench(torch_mm, "torch", 16)
     assert r.ms is None and r.ratio is None and "need a GPU" in str(r)
+
+
+def test_fp16_subnormal_results_are_judged_by_their_absolute_step():
+    # K=1 products of tiny values land among fp16's subnormals, where the spacing is 2**-24:
+    # a correctly rounded fp16 result must pass even though its relative error is large
+    a = torch.full((4, 1), 3.0e-3, dtype=torch.float16)
+    b = torch.full((1, 4), 3.7e-3, dtype=torch.float16)
+    ref = harness.reference(a, b)
+    out = ref.to(torch.float16)
+    ok, rel, bad = harness.compare(out, ref, a, b, torch.float16)
+    assert ok, (rel, out[0, 0].item(), ref[0, 0].item())
+    out[0, 0] += 2 ** -22            # four subnormal steps off: wrong
+    assert not harness.compare(out, ref, a, b, torch.float16)[0]
