@@ -12,7 +12,9 @@ keeps STAGES - 1 tiles in flight while it computes on one:
 Per k-tile t: ``cp_async_wait_group(STAGES - 2)`` (tile t has landed, for this thread),
 ``syncthreads`` (for every thread, and every warp has finished reading the buffer that the
 next copy overwrites), issue the copies of tile t + STAGES - 1, ``cp_async_commit_group``,
-then the tensor-core math of tile t (WMMA, as in lesson 05). One barrier per k-tile.
+then the tensor-core math of tile t (WMMA, as in lesson 05). One barrier per k-tile. (The
+copies are issued just after the first fragments of tile t are requested from shared
+memory, so that the tensor cores do not wait behind the copy instructions.)
 
 Epilogue (BLAS): ``Out = alpha * A @ B + beta * C``; ``beta == 0`` never reads C, and
 ``alpha == 0`` never reads A or B (the K loop runs zero times).
@@ -153,7 +155,6 @@ def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=
             if wait:                         # (False only in the broken variant)
                 cp_async_wait_group(WAIT)    # tile t has landed (this thread's copies)
             cuda.syncthreads()               # ... everyone's; stage (t-1) is free
-            issue(t + STAGES - 1, False)
             sa = (t % STAGES) * A_STAGE + wm * WM * LDA
             sb = B_BASE + (t % STAGES) * B_STAGE + wn * WN
             for kk in range(0, BK, 16):
@@ -161,6 +162,8 @@ def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=
                     wmma_load_a(rA[i], smem, sa + i * 16 * LDA + kk, LDA, "row")
                 for j in range(FN):
                     wmma_load_b(rB[j], smem, sb + kk * LDB + j * 16, LDB, "row")
+                if kk == 0:                  # the first fragments are on their way: now
+                    issue(t + STAGES - 1, False)   # start the copies of tile t + STAGES - 1
                 for i in range(FM):
                     for j in range(FN):
                         wmma_mma(acc[i, j], rA[i], rB[j], "row", "row")
