@@ -37,8 +37,8 @@ def _compile_here(name, cc):
     if entry.ptx is None:
         raise ValueError(f"{name} is a {entry.language} kernel: it has no numba PTX "
                          "(Triton kernels show theirs through kernel.asm on a GPU)")
-    fn, sig = entry.ptx(cc)
-    text, _ = cuda.compile_ptx(fn, sig, cc=cc)
+    fn, sig, *options = entry.ptx(cc)   # options: compile_ptx keywords, e.g. launch_bounds
+    text, _ = cuda.compile_ptx(fn, sig, cc=cc, **(options[0] if options else {}))
     return text
 
 

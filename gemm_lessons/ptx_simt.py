@@ -37,7 +37,8 @@ LLVM instruction, unlike an inline-``asm`` block, leaves the compiler free to sc
 combine it (``ld.shared.v4.f32 [%r+512]`` uses the address offset for free).
 
 In numba's CUDA simulator (no GPU) the same names are plain Python functions with the same
-meaning, element by element, and they check the alignment rule on the column index.
+meaning, element by element, and they check the alignment rules (a misaligned float4
+stops the simulation with the GPU's error name).
 """
 from __future__ import annotations
 
@@ -61,29 +62,36 @@ def launch_bounds(threads, min_blocks=1):
     return {} if SIMULATED else {"launch_bounds": (threads, min_blocks)}
 
 
-def _misaligned(fn, c):
-    return IndexError(f"{fn}: column {c} is not a multiple of 4; a 128-bit access must start "
-                      "on a 16-byte boundary (the GPU stops with 'misaligned address')")
+def _check_aligned(fn, arr, r, c):
+    """Raise as the GPU would ('misaligned address') unless arr[r, c] starts 16 bytes
+    aligned in a row with unit column stride (simulator only)."""
+    import numpy as np
+    ary = getattr(arr, "_item", None)          # a global array inside a simulated kernel
+    ary = ary._ary if ary is not None else getattr(arr, "_arr", arr)   # shared (traced)
+    ary = np.asarray(ary)
+    addr = ary.__array_interface__["data"][0] + r * ary.strides[0] + c * ary.strides[1]
+    if ary.strides[1] != 4 or addr % 16 or c % 4:
+        raise IndexError(
+            f"{fn}: misaligned address: element [{r}, {c}] of a {ary.shape} array with strides "
+            f"{ary.strides} is not the start of a 16-byte-aligned float4 (the column must be a "
+            "multiple of 4, the row stride a multiple of 16 bytes, the array 16-byte aligned)")
 
 
 if SIMULATED:
     # ------------------------------------------------------------------ simulator: Python
     def ld_global_v4(arr, r, c):
         """(arr[r, c], arr[r, c+1], arr[r, c+2], arr[r, c+3]): one 128-bit global load."""
-        if c % 4:
-            raise _misaligned("ld_global_v4", c)
+        _check_aligned("ld_global_v4", arr, r, c)
         return (arr[r, c], arr[r, c + 1], arr[r, c + 2], arr[r, c + 3])
 
     def ld_shared_v4(arr, r, c):
         """(arr[r, c], ..., arr[r, c+3]): one 128-bit shared-memory load."""
-        if c % 4:
-            raise _misaligned("ld_shared_v4", c)
+        _check_aligned("ld_shared_v4", arr, r, c)
         return (arr[r, c], arr[r, c + 1], arr[r, c + 2], arr[r, c + 3])
 
     def st_shared_v4(arr, r, c, v):
         """arr[r, c:c+4] = v: one 128-bit shared-memory store."""
-        if c % 4:
-            raise _misaligned("st_shared_v4", c)
+        _check_aligned("st_shared_v4", arr, r, c)
         arr[r, c] = v[0]
         arr[r, c + 1] = v[1]
         arr[r, c + 2] = v[2]
@@ -91,8 +99,7 @@ if SIMULATED:
 
     def st_global_v4(arr, r, c, v):
         """arr[r, c:c+4] = v: one 128-bit global store."""
-        if c % 4:
-            raise _misaligned("st_global_v4", c)
+        _check_aligned("st_global_v4", arr, r, c)
         arr[r, c] = v[0]
         arr[r, c + 1] = v[1]
         arr[r, c + 2] = v[2]

@@ -308,7 +308,8 @@ def vectorized(a, b, c, **cfg):
 
 # --------------------------------------------- step 4: warp tiling, double buffering: final
 @lru_cache(maxsize=None)
-def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, MIN_BLOCKS=None):
+def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, KSTEPS=2,
+                         MIN_BLOCKS=None):
     """The finished SIMT kernel (see the module docstring). Each warp computes a WM x WN
     tile; its lanes form an (WM/TM) x (WN/TN) grid; each thread holds TM x TN accumulators,
     as (TM/4) x (TN/4) blocks of 4 x 4 spaced a quarter-warp-tile apart."""
@@ -323,16 +324,18 @@ def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, MIN_BLO
     NQ = BN // 4                      # float4s across a row of the B tile
     A_LOADS = BM * KQ // NT           # float4s of A per thread per tile
     B_LOADS = BK * NQ // NT           # float4s of B per thread per tile
-    if A_LOADS * NT != BM * KQ or B_LOADS * NT != BK * NQ or BK % 2:
+    if A_LOADS * NT != BM * KQ or B_LOADS * NT != BK * NQ:
         raise ValueError("the tiles must split evenly into float4 loads over the threads")
+    if KSTEPS not in (2, 4) or BK % KSTEPS:
+        raise ValueError("KSTEPS (k per trip of the inner loop) is 2 or 4 and divides BK")
     PAD = 4                           # sA rows padded: conflict-free transposed stores
     SA = (2 * BK, BM + PAD)           # two buffers: rows 0..BK-1 and BK..2BK-1
     SB = (2 * BK, BN)
     ACC = (TM, TN)
     GA = (A_LOADS, 4)                 # the next tile, on its way from global memory
     GB = (B_LOADS, 4)
-    if MIN_BLOCKS is None:            # ask ptxas for registers enough for 2 blocks per SM
-        MIN_BLOCKS = 2 if NT >= 256 else 1
+    if MIN_BLOCKS is None:            # 8 x 8 per thread fits in 128 registers: 2 blocks per SM
+        MIN_BLOCKS = 2 if TM * TN <= 64 and NT * 2 * 128 <= 65536 else 1
 
     @cuda.jit(device=True, inline="always")
     def mma_step(sA, sB, k, am, bn, rA, rB, acc):
@@ -350,17 +353,17 @@ def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, MIN_BLO
                 acc[i, j] += rA[i] * rB[j]
 
     @cuda.jit(device=True, inline="always")
-    def load_tile(A, B, k0, t, m0, n0, gA, gB):
+    def load_tile(A, B, k0, t, m0, n0, gA, gB, k_edge):
         """Global -> registers: this thread's float4s of the A and B tiles at k0. Rows of
-        A past M and columns of B past N are clamped (read but never stored); k past K
-        reads 0."""
-        M, K = A.shape
-        KB, NB = B.shape
+        A past M and columns of B past N are clamped (read, never stored); with ``k_edge``
+        (the last tile) k past K reads 0."""
+        M = A.shape[0]
+        K, NB = B.shape           # A may be wider than K: zero columns added by the launcher
         for i in range(A_LOADS):
             e = t + i * NT
             r = min(m0 + e // KQ, M - 1)
             c = k0 + (e % KQ) * 4
-            if c < K:
+            if not k_edge or c < K:
                 v = ld_global_v4(A, r, c)
             else:
                 v = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
@@ -370,7 +373,7 @@ def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, MIN_BLO
             e = t + i * NT
             r = k0 + e // NQ
             c = min(n0 + (e % NQ) * 4, NB - 4)
-            if r < KB:
+            if not k_edge or r < K:
                 v = ld_global_v4(B, r, c)
             else:
                 v = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
@@ -394,13 +397,19 @@ def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, MIN_BLO
         ``buf``, start loading the next tile, multiply this one."""
         store_tile(sA, sB, buf, t, gA, gB)
         cuda.syncthreads()        # one barrier per tile: the other buffer is the one in use
-        if k0 + BK < A.shape[1]:
-            load_tile(A, B, k0 + BK, t, m0, n0, gA, gB)    # in flight during the FMAs below
+        K = B.shape[0]
+        if k0 + 2 * BK <= K:      # the next tile lies inside K: no masks
+            load_tile(A, B, k0 + BK, t, m0, n0, gA, gB, False)   # in flight during the FMAs
+        elif k0 + BK < K:         # the last tile, cut by K
+            load_tile(A, B, k0 + BK, t, m0, n0, gA, gB, True)
         k = 0
-        while k < BK:             # two k per trip, by hand: numba has no "#pragma unroll"
+        while k < BK:             # KSTEPS k per trip, by hand: numba has no "#pragma unroll"
             mma_step(sA, sB, buf + k, am, bn, rA, rB, acc)
             mma_step(sA, sB, buf + k + 1, am, bn, rA, rB, acc)
-            k += 2
+            if KSTEPS == 4:
+                mma_step(sA, sB, buf + k + 2, am, bn, rA, rB, acc)
+                mma_step(sA, sB, buf + k + 3, am, bn, rA, rB, acc)
+            k += KSTEPS
 
     # launch bounds: at most 65536 / (NT * MIN_BLOCKS) registers per thread
     @cuda.jit(**launch_bounds(NT, MIN_BLOCKS))
@@ -413,7 +422,7 @@ def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, MIN_BLO
         gA = cuda.local.array(GA, float32)
         gB = cuda.local.array(GB, float32)
         M, N = C.shape
-        K = A.shape[1]
+        K = B.shape[0]
         t = cuda.threadIdx.x
         warp = t // 32
         lane = t % 32
@@ -425,25 +434,27 @@ def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, MIN_BLO
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = 0.0
-        load_tile(A, B, 0, t, m0, n0, gA, gB)
+        load_tile(A, B, 0, t, m0, n0, gA, gB, True)
         k0 = 0
         while k0 < K:             # two tiles per trip: buffers 0 and BK, both constants
             tile(A, B, sA, sB, 0, k0, t, m0, n0, am, bn, gA, gB, rA, rB, acc)
             if k0 + BK < K:
                 tile(A, B, sA, sB, BK, k0 + BK, t, m0, n0, am, bn, gA, gB, rA, rB, acc)
             k0 += 2 * BK
-        for i in range(TM):       # row i of the thread tile: block g = i // 4 of 4 rows
-            row = m0 + am + (i // 4) * 4 * LM + i % 4
-            if row < M:
+        # C = acc. Row i of the thread tile is row i % 4 of its (i // 4)-th 4 x 4 block.
+        if vec_c and m0 + BM <= M and n0 + BN <= N:
+            for i in range(TM):   # a block inside C: 128-bit stores, no masks
+                row = m0 + am + (i // 4) * 4 * LM + i % 4
                 for h in range(TN // 4):
-                    col = n0 + bn + h * 4 * LN
-                    if vec_c and col + 3 < N:
-                        st_global_v4(C, row, col, (acc[i, 4 * h], acc[i, 4 * h + 1],
-                                                   acc[i, 4 * h + 2], acc[i, 4 * h + 3]))
-                    else:
-                        for q in range(4):
-                            if col + q < N:
-                                C[row, col + q] = acc[i, 4 * h + q]
+                    st_global_v4(C, row, n0 + bn + h * 4 * LN,
+                                 (acc[i, 4 * h], acc[i, 4 * h + 1], acc[i, 4 * h + 2], acc[i, 4 * h + 3]))
+        else:
+            for i in range(TM):   # a block on the edge of C: one masked store per element
+                for j in range(TN):
+                    row = m0 + am + (i // 4) * 4 * LM + i % 4
+                    col = n0 + bn + (j // 4) * 4 * LN + j % 4
+                    if row < M and col < N:
+                        C[row, col] = acc[i, j]
 
     register_tiling.threads = NT
     register_tiling.launch_bounds = (NT, MIN_BLOCKS)
