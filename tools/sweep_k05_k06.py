@@ -41,19 +41,16 @@ SIZES = (4096, 8192)
 # (kernel, config): k05 configs take BM, BN, BK, WM, WN; k06 configs also STAGES
 K05_CONFIGS = [
     dict(BM=128, BN=128, BK=32, WM=64, WN=32),
-    dict(BM=128, BN=128, BK=32, WM=64, WN=64),
 ]
 K06_CONFIGS = [
     dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4),
     dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=3),
     dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=2),   # double buffering
-    dict(BM=256, BN=128, BK=32, WM=64, WN=64, STAGES=4),
-    dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=4),   # 4 warps, 2 blocks/SM?
-    dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=3),
-    dict(BM=128, BN=256, BK=64, WM=64, WN=64, STAGES=3),   # half the barriers per K
-    dict(BM=128, BN=128, BK=32, WM=64, WN=32, STAGES=4),   # 8 warps of 64x32, 2 blocks/SM
-    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, GROUP_M=16),
     dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, GROUP_M=1),    # no L2 grouping
+    dict(BM=256, BN=128, BK=32, WM=64, WN=64, STAGES=4),
+    dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=4),   # 4 warps, 2 blocks/SM
+    dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=4, MAXREG=168),   # 3 blocks/SM?
+    dict(BM=128, BN=128, BK=32, WM=64, WN=32, STAGES=4, MAXREG=128),   # 8 warps, 2 blocks/SM
 ]
 
 
@@ -68,7 +65,8 @@ def dt(d):
 def name_of(kind, c):
     s = f"{kind} {c['BM']}x{c['BN']}x{c['BK']}/{c['WM']}x{c['WN']}"
     s += f"/s{c['STAGES']}" if "STAGES" in c else ""
-    return s + (f"/g{c['GROUP_M']}" if "GROUP_M" in c else "")
+    s += f"/g{c['GROUP_M']}" if "GROUP_M" in c else ""
+    return s + (f"/r{c['MAXREG']}" if c.get("MAXREG") else "")
 
 
 def runner(kind, cfg):

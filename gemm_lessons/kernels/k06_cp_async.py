@@ -49,9 +49,11 @@ GROUP_M = 8      # blocks that share a band of B run together (L2 reuse)
 
 @lru_cache(maxsize=None)
 def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=True,
-                GROUP_M=GROUP_M):
+                GROUP_M=GROUP_M, MAXREG=None):
     """The pipelined WMMA kernel for one configuration. ``wait=False`` builds the broken
-    variant that forgets ``cp_async_wait_group`` (lesson 06 shows what it computes)."""
+    variant that forgets ``cp_async_wait_group`` (lesson 06 shows what it computes);
+    ``MAXREG`` caps the registers per thread (ptxas ``-maxrregcount``) on a GPU, to fit more
+    blocks per SM."""
     dt = int16 if bf16 else float16                      # bf16 travels as its 16 bits
     to_f32 = ptx.bf16_to_f32 if bf16 else ptx.f16_to_f32
     to_out = ptx.f32_to_bf16 if bf16 else ptx.f32_to_f16
@@ -74,7 +76,7 @@ def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=
     assert STAGES >= 2 and BK % 16 == 0 and WM % 16 == 0 and WN % 16 == 0
     assert BM % WM == 0 and BN % WN == 0
 
-    @cuda.jit
+    @cuda.jit(**({"max_registers": MAXREG} if MAXREG and engines.on_gpu() else {}))
     def cp_async_gemm(A, B, C, Out, M, N, K, lda, ldb, alpha, beta):
         # A: (M, K) and B: (K, N) as flat arrays with row strides lda, ldb (16-byte rows);
         # C: read when beta != 0; Out: (M, N), written; alpha, beta: float32
@@ -189,7 +191,7 @@ def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=
     cp_async_gemm.threads = NT
     cp_async_gemm.smem_bytes = SMEM_BYTES
     cp_async_gemm.config = dict(BM=BM, BN=BN, BK=BK, WM=WM, WN=WN, STAGES=STAGES,
-                                GROUP_M=GROUP_M)
+                                GROUP_M=GROUP_M, MAXREG=MAXREG)
     return cp_async_gemm
 
 
