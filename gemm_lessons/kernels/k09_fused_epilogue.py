@@ -241,9 +241,10 @@ class Config:
 SIMULATOR_CONFIG = Config(16, 16, 16, GROUP_SIZE_M=2, num_warps=1, num_stages=1)
 # On a GPU (H100/H200; tools/sweep_k09.py compares the alternatives on the machine):
 # fp16/bf16 tiles of 128 x 128 x 64, 8 warps, 3 stages: 96 KB of shared memory and about
-# 120 registers a thread (ptxas, sm_90, with gelu), so two programs share each SM and one's
-# epilogue (about 35 instructions an element for gelu) overlaps the other's K loop. A
-# 128 x 256 tile needs all 255 registers and spills in the gelu epilogue, one per SM.
+# 120 registers a thread (Triton 3.9 compiling for sm_90, with gelu), so two programs share
+# each SM and one's epilogue (about 35 instructions an element for gelu) overlaps the other's
+# K loop. A 128 x 256 tile needs all 255 registers and spills in the gelu epilogue, and runs
+# one program per SM.
 # fp32 with IEEE products runs on the FMA units: smaller tiles.
 GPU_CONFIGS = {
     "fp16": Config(128, 128, 64, GROUP_SIZE_M=8, num_warps=8, num_stages=3),
