@@ -37,7 +37,8 @@ LLVM instruction, unlike an inline-``asm`` block, leaves the compiler free to sc
 combine it (``ld.shared.v4.f32 [%r+512]`` uses the address offset for free).
 
 In numba's CUDA simulator (no GPU) the same names are plain Python functions with the same
-meaning, element by element, and they check the alignment rules (a misaligned float4
+meaning, element by element (under ``counters.trace()`` a shared float4 access is recorded
+as one 16-byte access per lane, as the hardware sees it), and they check the alignment rules (a misaligned float4
 stops the simulation with the GPU's error name).
 """
 from __future__ import annotations
@@ -77,6 +78,19 @@ def _check_aligned(fn, arr, r, c):
             "multiple of 4, the row stride a multiple of 16 bytes, the array 16-byte aligned)")
 
 
+def _record_vector(arr, op, r, c):
+    """In a ``counters.trace()``, record a float4 access to a shared array as ONE 16-byte
+    access per lane (as the hardware sees it), not four 4-byte ones. Returns True if it did
+    (the caller then reads or writes the plain array, unrecorded)."""
+    tr, name, plain = (getattr(arr, x, None) for x in ("_tr", "_name", "_arr"))
+    if tr is None or name is None or plain is None:
+        return False
+    import numpy as np
+    quads = np.asarray(plain).view(np.dtype((np.void, 16)))   # one item per float4
+    tr._record("shared", name, op, 0, quads, (r, c // 4))
+    return True
+
+
 if SIMULATED:
     # ------------------------------------------------------------------ simulator: Python
     def ld_global_v4(arr, r, c):
@@ -87,11 +101,15 @@ if SIMULATED:
     def ld_shared_v4(arr, r, c):
         """(arr[r, c], ..., arr[r, c+3]): one 128-bit shared-memory load."""
         _check_aligned("ld_shared_v4", arr, r, c)
+        if _record_vector(arr, "load", r, c):
+            arr = arr._arr
         return (arr[r, c], arr[r, c + 1], arr[r, c + 2], arr[r, c + 3])
 
     def st_shared_v4(arr, r, c, v):
         """arr[r, c:c+4] = v: one 128-bit shared-memory store."""
         _check_aligned("st_shared_v4", arr, r, c)
+        if _record_vector(arr, "store", r, c):
+            arr = arr._arr
         arr[r, c] = v[0]
         arr[r, c + 1] = v[1]
         arr[r, c + 2] = v[2]
