@@ -45,7 +45,8 @@ SKINNY = (256, 256, 65536)
 CONFIGS = [Config(128, 128, 64, 8, 8, 4), Config(128, 256, 64, 8, 8, 3),
            Config(256, 128, 64, 8, 8, 3), Config(128, 128, 32, 8, 8, 5),
            Config(128, 256, 32, 8, 8, 4), Config(128, 128, 64, 8, 4, 3),
-           Config(128, 128, 128, 8, 8, 2), Config(128, 128, 64, 16, 8, 3)]
+           Config(128, 128, 128, 8, 8, 2), Config(128, 128, 64, 16, 8, 3),
+           Config(128, 128, 64, 8, 8, 3, maxnreg=128)]   # forces 2 programs per SM
 SPLIT_CONFIGS = [Config(64, 64, 64, 8, 4, 4), Config(128, 128, 64, 8, 4, 4)]
 ROWS = []   # (section, what, config, ms, tflops, {baseline: ratio})
 

@@ -230,10 +230,18 @@ class Config:
     GROUP_SIZE_M: int = 8
     num_warps: int = 4
     num_stages: int = 3
+    maxnreg: int | None = None          # a register cap per thread (ptxas), if any
 
     def __str__(self):
         return (f"{self.BLOCK_SIZE_M}x{self.BLOCK_SIZE_N}x{self.BLOCK_SIZE_K} "
-                f"g{self.GROUP_SIZE_M} w{self.num_warps} s{self.num_stages}")
+                f"g{self.GROUP_SIZE_M} w{self.num_warps} s{self.num_stages}"
+                + (f" r{self.maxnreg}" if self.maxnreg else ""))
+
+    def launch_options(self):
+        opts = dict(num_warps=self.num_warps, num_stages=self.num_stages)
+        if self.maxnreg:
+            opts["maxnreg"] = self.maxnreg
+        return opts
 
 
 # Off the GPU (Triton's interpreter) every tile is 16 x 16 x 16: small shapes still have
@@ -340,8 +348,7 @@ def fused_gemm(a3, b3, c3, out, alpha=1.0, beta=0.0, bias=None, activation=None,
     common = dict(IEEE=a3.dtype == torch.float32,
                   UPCAST=a3.dtype == torch.bfloat16 and _interpreted(),
                   BLOCK_SIZE_M=BM, BLOCK_SIZE_N=BN, BLOCK_SIZE_K=BK,
-                  GROUP_SIZE_M=cfg.GROUP_SIZE_M, num_warps=cfg.num_warps,
-                  num_stages=cfg.num_stages)
+                  GROUP_SIZE_M=cfg.GROUP_SIZE_M, **cfg.launch_options())
     tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN)
     if split_k <= 1:
         fused_gemm_kernel[(tiles, B, 1)](
