@@ -232,6 +232,8 @@ def trace(**names):
         return old_set(self, idx, val)
 
     def shared_array(self, shape, dtype, alignment=None):
+        if shape == 0:     # dynamic shared memory (one buffer for the block): not recorded
+            return old_shared(self, shape, dtype)
         # the simulator keys shared arrays by the source line that declares them; keep that
         frame = sys._getframe(1)
         caller = (frame.f_code.co_filename, frame.f_lineno)
