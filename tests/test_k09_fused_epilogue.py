@@ -129,7 +129,7 @@ def test_activations_match_torch_where_they_bend():
     for act in ACTS:
         out = gl.gemm(eye, x.reshape(32, 1).expand(32, 32).contiguous(), activation=act)
         ref = ACT64[act](x.double().reshape(32, 1).expand(32, 32))
-        assert (out.double() - ref).abs().max().item() < 1e-6, act
+        assert (out.double() - ref).abs().max().item() < 1e-5, act   # fp32 rounding of values up to 4
     tanh_gelu = F.gelu(x.double(), approximate="tanh")
     assert (tanh_gelu - F.gelu(x.double())).abs().max() > 1e-4   # the test can tell them apart
 
