@@ -34,9 +34,8 @@ gelu(x + y)), so it must wait for the full sum.
 """
 from __future__ import annotations
 
-import math
 import os
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
