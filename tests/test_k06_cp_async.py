@@ -38,6 +38,15 @@ def test_every_pipeline_depth_is_correct(stages):
 
 
 @pytest.mark.parametrize("stages", [2, 3])
+def test_prefetching_fragments_across_the_barrier_is_correct(stages):
+    base = dict(BM=32, BN=32, BK=32, WM=16, WN=16) if SIM else k06.GPU_CONFIG
+    cfg = dict(base, STAGES=stages, PREFETCH=True)
+    run = lambda a, b, out: k06.run(a, b, None, out, config=cfg)  # noqa: E731
+    cases = CASES + [harness.Case("long K", 24, 20, 160 if SIM else 1280)]
+    assert harness.check(run, f"k06 PREFETCH STAGES={stages}", (torch.float16,), cases).ok
+
+
+@pytest.mark.parametrize("stages", [2, 3])
 def test_forgetting_the_wait_fails_the_check(stages):
     cfg = dict(k06.SIM_CONFIG, STAGES=stages)
     run = lambda a, b, out: k06.run(a, b, None, out, config=cfg, wait=False)  # noqa: E731

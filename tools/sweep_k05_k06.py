@@ -51,6 +51,9 @@ K06_CONFIGS = [
     dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=4),   # 4 warps, 2 blocks/SM
     dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=4, MAXREG=168),   # 3 blocks/SM?
     dict(BM=128, BN=128, BK=32, WM=64, WN=32, STAGES=4, MAXREG=128),   # 8 warps, 2 blocks/SM
+    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, PREFETCH=True),  # fragments ahead
+    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=3, PREFETCH=True),
+    dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=4, PREFETCH=True),
 ]
 
 
@@ -66,7 +69,8 @@ def name_of(kind, c):
     s = f"{kind} {c['BM']}x{c['BN']}x{c['BK']}/{c['WM']}x{c['WN']}"
     s += f"/s{c['STAGES']}" if "STAGES" in c else ""
     s += f"/g{c['GROUP_M']}" if "GROUP_M" in c else ""
-    return s + (f"/r{c['MAXREG']}" if c.get("MAXREG") else "")
+    s += f"/r{c['MAXREG']}" if c.get("MAXREG") else ""
+    return s + ("/pf" if c.get("PREFETCH") else "")
 
 
 def runner(kind, cfg):

@@ -49,11 +49,12 @@ GROUP_M = 8      # blocks that share a band of B run together (L2 reuse)
 
 @lru_cache(maxsize=None)
 def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=True,
-                GROUP_M=GROUP_M, MAXREG=None):
+                GROUP_M=GROUP_M, MAXREG=None, PREFETCH=False):
     """The pipelined WMMA kernel for one configuration. ``wait=False`` builds the broken
     variant that forgets ``cp_async_wait_group`` (lesson 06 shows what it computes);
     ``MAXREG`` caps the registers per thread (ptxas ``-maxrregcount``) on a GPU, to fit more
-    blocks per SM."""
+    blocks per SM; ``PREFETCH`` loads the next k-slice's fragments during the math (and
+    moves the barrier to where no fragment load waits for it)."""
     dt = int16 if bf16 else float16                      # bf16 travels as its 16 bits
     to_f32 = ptx.bf16_to_f32 if bf16 else ptx.f16_to_f32
     to_out = ptx.f32_to_bf16 if bf16 else ptx.f32_to_f16
@@ -73,7 +74,9 @@ def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=
     C_WARP = 16 * LDC                                    # scratch floats per warp
     OUT_ITERS = 16 * WN // 32                            # epilogue elements per lane
     SMEM_BYTES = max(2 * STAGES * (A_STAGE + B_STAGE), 4 * C_WARP * NT // 32)
+    KSTEPS = BK // 16                                    # 16-deep k-slices per tile
     assert STAGES >= 2 and BK % 16 == 0 and WM % 16 == 0 and WN % 16 == 0
+    assert not PREFETCH or KSTEPS % 2 == 0, "PREFETCH needs BK a multiple of 32"
     assert BM % WM == 0 and BN % WN == 0
 
     @cuda.jit(**({"max_registers": MAXREG} if MAXREG and engines.on_gpu() else {}))
@@ -82,8 +85,8 @@ def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=
         # C: read when beta != 0; Out: (M, N), written; alpha, beta: float32
         smem = cuda.shared.array(0, dt, alignment=SMEM_ALIGN)     # STAGES x (sA, sB)
         sC = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)  # epilogue (same memory)
-        rA = cuda.local.array((FM, FRAG_AB), dt)
-        rB = cuda.local.array((FN, FRAG_AB), dt)
+        rA = cuda.local.array((2, FM, FRAG_AB), dt)           # two slots (PREFETCH)
+        rB = cuda.local.array((2, FN, FRAG_AB), dt)
         acc = cuda.local.array((FM, FN, FRAG_C), float32)
 
         tid = cuda.threadIdx.x
@@ -148,27 +151,55 @@ def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=
                         cp_async16_zfill(smem, sb + b_dst[it], B, src, nb)
             cp_async_commit_group()          # one group per tile (empty past the end)
 
+        def load_fragments(slot, t, kk):
+            # this warp's FM fragments of A and FN of B, k-slice kk of tile t (its stage)
+            sa = (t % STAGES) * A_STAGE + wm * WM * LDA + kk * 16
+            sb = B_BASE + (t % STAGES) * B_STAGE + kk * 16 * LDB + wn * WN
+            for i in range(FM):
+                wmma_load_a(rA[slot, i], smem, sa + i * 16 * LDA, LDA, "row")
+            for j in range(FN):
+                wmma_load_b(rB[slot, j], smem, sb + j * 16, LDB, "row")
+
+        def tensor_cores(slot):
+            for i in range(FM):
+                for j in range(FN):
+                    wmma_mma(acc[i, j], rA[slot, i], rB[slot, j], "row", "row")
+
         # -- prologue: STAGES - 1 tiles in flight
         issue(0, True)
         for s in range(1, STAGES - 1):
             issue(s, False)
-        # -- main loop
-        for t in range(k_tiles):
-            if wait:                         # (False only in the broken variant)
-                cp_async_wait_group(WAIT)    # tile t has landed (this thread's copies)
-            cuda.syncthreads()               # ... everyone's; stage (t-1) is free
-            sa = (t % STAGES) * A_STAGE + wm * WM * LDA
-            sb = B_BASE + (t % STAGES) * B_STAGE + wn * WN
-            for kk in range(0, BK, 16):
-                for i in range(FM):
-                    wmma_load_a(rA[i], smem, sa + i * 16 * LDA + kk, LDA, "row")
-                for j in range(FN):
-                    wmma_load_b(rB[j], smem, sb + kk * LDB + j * 16, LDB, "row")
-                if kk == 0:                  # the first fragments are on their way: now
-                    issue(t + STAGES - 1, False)   # start the copies of tile t + STAGES - 1
-                for i in range(FM):
-                    for j in range(FN):
-                        wmma_mma(acc[i, j], rA[i], rB[j], "row", "row")
+        if not PREFETCH:
+            # -- main loop
+            for t in range(k_tiles):
+                if wait:                     # (False only in the broken variant)
+                    cp_async_wait_group(WAIT)    # tile t has landed (this thread's copies)
+                cuda.syncthreads()           # ... everyone's; stage (t-1) is free
+                for kk in range(KSTEPS):
+                    load_fragments(0, t, kk)
+                    if kk == 0:              # the first fragments are on their way: now
+                        issue(t + STAGES - 1, False)   # start tile t + STAGES - 1's copies
+                    tensor_cores(0)
+        else:
+            # -- main loop with the fragments of the next k-slice loaded while the tensor
+            #    cores work on this one (two sets of fragment registers, slots 0 and 1);
+            #    the barrier moves to the last k-slice of a tile, whose fragments are
+            #    already in registers, so the math does not stop for it
+            cp_async_wait_group(WAIT)
+            cuda.syncthreads()
+            load_fragments(0, 0, 0)
+            for t in range(k_tiles):
+                for kk in range(KSTEPS):
+                    if kk == 0:              # into the stage of tile t - 1 (read by now)
+                        issue(t + STAGES - 1, False)
+                    if kk == KSTEPS - 1:
+                        cp_async_wait_group(WAIT)    # tile t + 1 has landed
+                        cuda.syncthreads()
+                        if t + 1 < k_tiles:
+                            load_fragments((kk + 1) % 2, t + 1, 0)
+                    else:
+                        load_fragments((kk + 1) % 2, t, kk + 1)
+                    tensor_cores(kk % 2)
         cp_async_wait_group(0)
         cuda.syncthreads()                   # the pipeline's memory becomes the scratch
 
@@ -191,7 +222,7 @@ def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=
     cp_async_gemm.threads = NT
     cp_async_gemm.smem_bytes = SMEM_BYTES
     cp_async_gemm.config = dict(BM=BM, BN=BN, BK=BK, WM=WM, WN=WN, STAGES=STAGES,
-                                GROUP_M=GROUP_M, MAXREG=MAXREG)
+                                GROUP_M=GROUP_M, MAXREG=MAXREG, PREFETCH=PREFETCH)
     return cp_async_gemm
 
 
