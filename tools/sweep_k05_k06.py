@@ -47,13 +47,10 @@ K06_CONFIGS = [
     dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=3),
     dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=2),   # double buffering
     dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, GROUP_M=1),    # no L2 grouping
-    dict(BM=256, BN=128, BK=32, WM=64, WN=64, STAGES=4),
     dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=4),   # 4 warps, 2 blocks/SM
     dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=2),   # 37 KiB: no shared-memory opt-in
-    dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=4, MAXREG=168),   # 3 blocks/SM?
     dict(BM=128, BN=128, BK=32, WM=64, WN=32, STAGES=4, MAXREG=128),   # 8 warps, 2 blocks/SM
     dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, PREFETCH=True),  # fragments ahead
-    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=3, PREFETCH=True),
     dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=4, PREFETCH=True),
 ]
 
