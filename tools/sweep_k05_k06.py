@@ -88,6 +88,8 @@ def resources(kernel, threads, dyn_smem):
     """(registers, shared bytes per block, blocks per SM, occupancy %) of a launched kernel
     on this GPU (H100/H200 limits: 64K registers, 228 KiB shared per SM, 1 KiB reserved
     per block, 2048 threads, 32 blocks)."""
+    if not kernel.overloads:     # this exact kernel object was not launched: nothing to read
+        return 0, dyn_smem, 0, 0.0
     kern = next(iter(kernel.overloads.values()))
     regs = kern.regs_per_thread
     smem = kern.shared_mem_per_block + dyn_smem
