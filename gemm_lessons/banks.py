@@ -145,12 +145,14 @@ def lane_bank_grid(trace, array, op="load", *, module=None, index=0):
     return grid
 
 
-def lane_bank_plot(ax, trace, array, op="load", *, module=None, index=0, title=None):
+def lane_bank_plot(ax, trace, array, op="load", *, module=None, index=0, title=None,
+                   vmax=32):
     """Draw :func:`lane_bank_grid` on ``ax``: one mark per lane, in the column of its bank,
-    coloured by which distinct word of that bank it needs (the pass it is served in)."""
+    coloured by which distinct word of that bank it needs (the pass it is served in, 1 to
+    ``vmax``: the same scale on every panel)."""
     grid = lane_bank_grid(trace, array, op, module=module, index=index)
     w = int(np.nanmax(grid))
-    im = ax.imshow(grid, cmap="viridis", vmin=1, vmax=max(w, 2), aspect="equal",
+    im = ax.imshow(grid, cmap="viridis", vmin=1, vmax=vmax, aspect="equal",
                    interpolation="nearest")
     ax.set_xlabel("bank")
     ax.set_ylabel("lane")
