@@ -55,6 +55,10 @@ def _compile_here(qualname, args, constants, num_warps, num_stages, cc):
             constexprs[(i,)] = constants[name]
             continue
         value = args[name]
+        if isinstance(value, dict):                    # a TMA descriptor: dtype, block shape
+            block = ", ".join(str(n) for n in value["block"])
+            signature[name] = f"tensordesc<{_PTR[value['desc']][1:]}[{block}]>"
+            continue
         if isinstance(value, str):                     # a pointer: its element dtype
             signature[name] = _PTR[value]
             attrs[(i,)] = [["tt.divisibility", 16]]
@@ -94,7 +98,8 @@ def compile_kernel(fn, args, constants, *, num_warps=4, num_stages=3, cc=(9, 0))
     """Compile the @triton.jit ``fn`` for compute capability ``cc`` with no launch.
 
     ``args``: each runtime argument's example value: a dtype name ('float16', 'bfloat16',
-    'float32') for a pointer, an int otherwise (its divisibility by 16, or being 1, is what
+    'float32') for a pointer, ``{"desc": dtype name, "block": [rows, cols]}`` for a host-side
+    TMA descriptor (``TensorDescriptor``), an int otherwise (its divisibility by 16, or being 1, is what
     Triton specialises on). ``constants``: the constexpr arguments. Returns
     ``{'ttgir', 'ptx', 'sass', 'shared' (bytes), 'num_warps'}``.
     """

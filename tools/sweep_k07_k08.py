@@ -8,14 +8,16 @@
             python tools/sweep_k07_k08.py --profile
 
 What it does, in one process:
-1. checks k07 and k08 on the shape suite in every dtype (row-major order: fp16), each k08
-   config on the ragged case in fp16 and bf16, each exploratory variant in fp16;
+1. checks k07, k08 and k08_triton_tma on the shape suite in every dtype (row-major order:
+   fp16), each k08 config on the ragged case in fp16 and bf16, each exploratory variant in
+   fp16;
 2. compiles the fp16/bf16 kernels as launched and greps their PTX for wgmma and their SASS
    for HGMMA;
 3. at 4096 and 8192, fp16 and bf16: each result compared with cuBLAS's, then timed with
    CUDA events against cuBLAS of the same dtype: k07 grouped and row-major, k08 autotuned
-   (and the config it chose), every k08 config, and (unless --no-explore) extra configs, a
-   persistent variant and a persistent TMA variant that are not part of the lessons;
+   (and the config it chose), k08_triton_tma (TMA descriptors, persistent grid), every k08
+   config, and (unless --no-explore) extra k07 configs, a persistent variant without TMA
+   and other tiles for k08_triton_tma, which are not part of the lessons;
 4. prints the table last: TFLOP/s and the ratio to cuBLAS (> 1: faster).
 """
 from __future__ import annotations
@@ -36,6 +38,7 @@ import triton.language as tl  # noqa: E402
 from gemm_lessons import harness  # noqa: E402
 from gemm_lessons.kernels import k07_triton_swizzle as k07  # noqa: E402
 from gemm_lessons.kernels import k08_triton_autotune as k08  # noqa: E402
+from gemm_lessons.kernels import k08_triton_tma as k08t  # noqa: E402
 
 DTYPES = (torch.float16, torch.bfloat16)
 T0 = time.time()
@@ -100,61 +103,15 @@ def persistent(cfg, group=8):
     return run
 
 
-try:  # host-side TMA descriptors (triton >= 3.4)
-    from triton.tools.tensor_descriptor import TensorDescriptor
-except ImportError:  # pragma: no cover
-    TensorDescriptor = None
-
-
-@triton.jit
-def tma_persistent_kernel(a_desc, b_desc, c_desc, M, N, K,
-                          BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
-                          BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
-                          NUM_SMS: tl.constexpr, OUT_BF16: tl.constexpr):
-    # persistent, with TMA loads and stores (edges zero-filled / clipped by the hardware);
-    # needs 16-byte-aligned rows, so it is timed here but not part of the lessons
-    start_pid = tl.program_id(axis=0)
-    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
-    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
-    k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
-    num_tiles = num_pid_m * num_pid_n
-    for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True):
-        pid_m, pid_n = k07.grouped_pid(tile_id, num_pid_m, num_pid_n, GROUP_SIZE_M)
-        acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-        for ki in range(k_tiles):
-            a = a_desc.load([pid_m * BLOCK_SIZE_M, ki * BLOCK_SIZE_K])
-            b = b_desc.load([ki * BLOCK_SIZE_K, pid_n * BLOCK_SIZE_N])
-            acc = tl.dot(a, b, acc)
-        if OUT_BF16:
-            c = acc.to(tl.bfloat16)
-        else:
-            c = acc.to(tl.float16)
-        c_desc.store([pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N], c)
-
-
-def tma_persistent(cfg, group=8):
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-
-    def run(a, b, c):
-        M, K = a.shape
-        N = b.shape[1]
-        a_desc = TensorDescriptor.from_tensor(a, [cfg.BM, cfg.BK])
-        b_desc = TensorDescriptor.from_tensor(b, [cfg.BK, cfg.BN])
-        c_desc = TensorDescriptor.from_tensor(c, [cfg.BM, cfg.BN])
-        tiles = triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN)
-        return tma_persistent_kernel[(min(sms, tiles),)](
-            a_desc, b_desc, c_desc, M, N, K,
-            BLOCK_SIZE_M=cfg.BM, BLOCK_SIZE_N=cfg.BN, BLOCK_SIZE_K=cfg.BK, GROUP_SIZE_M=group,
-            NUM_SMS=sms, OUT_BF16=a.dtype == torch.bfloat16,
-            num_warps=cfg.num_warps, num_stages=cfg.num_stages)
-    return run
+def tma_persistent(cfg):
+    """The registered k08_triton_tma kernel with another tile configuration."""
+    return lambda a, b, c: k08t.matmul(a, b, c, config=cfg)
 
 
 EXTRA = [k07.TileConfig(256, 128, 64, 8, 4), k07.TileConfig(128, 256, 32, 8, 5),
          k07.TileConfig(128, 128, 32, 4, 6), k07.TileConfig(64, 128, 64, 4, 5)]
 PERSISTENT = [k07.TileConfig(128, 256, 64, 8, 3), k07.TileConfig(128, 128, 64, 8, 4)]
-TMA = [k07.TileConfig(128, 256, 64, 8, 3), k07.TileConfig(128, 256, 64, 8, 4),
-       k07.TileConfig(128, 128, 64, 8, 4)]
+TMA = [k07.TileConfig(128, 128, 64, 8, 4), k07.TileConfig(128, 128, 64, 8, 5)]
 
 
 # ---------------------------------------------------------------- helpers
@@ -222,6 +179,12 @@ def main():
     # 1. checks
     for name in ("k07_triton_swizzle", "k08_triton_autotune"):
         log(str(gl.check(name)))
+    try:   # new in lesson 08: a failure is reported, and the rest of the sweep still runs
+        log(str(gl.check("k08_triton_tma")))
+        tma_ok = True
+    except Exception as e:
+        log(f"k08_triton_tma FAILED: {type(e).__name__}: {str(e)[:1500]}")
+        tma_ok = False
     log(str(gl.check("k07_triton_rowmajor", dtypes=[torch.float16])))   # same kernel, GROUP 1
     log(f"k08 chose on the last check shape: {k08.chosen_config()}")
     for c in k08.CONFIGS:
@@ -232,13 +195,10 @@ def main():
     explore = [] if args.no_explore else (
         [("k07 " + cfg_name(c), direct(c, 8)) for c in EXTRA]
         + [("persistent " + cfg_name(c), persistent(c)) for c in PERSISTENT]
-        + ([("TMA persistent " + cfg_name(c), tma_persistent(c)) for c in TMA]
-           if TensorDescriptor is not None else []))
+        + ([("k08_triton_tma " + cfg_name(c), tma_persistent(c)) for c in TMA] if tma_ok else []))
     for label, run in list(explore):
-        # TMA needs 16-byte-aligned rows: only the square case (512-cubed) qualifies
-        cases = ("square",) if label.startswith("TMA") else ("ragged",)
         try:
-            log(str(check_case(run, label, (torch.float16,), cases)))
+            log(str(check_case(run, label, (torch.float16,), ("ragged",))))
         except Exception as e:   # an exploratory variant may not compile on this triton
             log(f"{label}: dropped ({type(e).__name__}: {str(e).splitlines()[0][:120]})")
             explore.remove((label, run))
@@ -263,6 +223,9 @@ def main():
             variants = [("k07 grouped (GROUP_SIZE_M=8)", lambda a, b, c: k07.matmul(a, b, c)),
                         ("k07 row-major (GROUP_SIZE_M=1)", k07.rowmajor),
                         ("k08 autotuned", lambda a, b, c: gl.matmul(a, b, "k08_triton_autotune", out=c))]
+            if tma_ok:
+                variants += [("k08_triton_tma (TMA, persistent)",
+                              lambda a, b, c: gl.matmul(a, b, "k08_triton_tma", out=c))]
             variants += [("k08 " + cfg_name(k08.tile_config(c)),
                           direct(k08.tile_config(c), c.kwargs["GROUP_SIZE_M"])) for c in k08.CONFIGS]
             variants += explore

@@ -1,0 +1,202 @@
+"""Lesson 08, the fast path on Hopper: TMA tensor descriptors and a persistent grid.
+
+Lesson 07's kernel, autotuned in lesson 08, stays a few percent behind cuBLAS at 4096 and
+8192 on an H200. Two Hopper features close most of that gap; this kernel uses both, with
+lesson 07's tile (128 x 256 x 64, 8 warps, 3 stages) and grouped order:
+
+* **TMA descriptors.** A host-side ``TensorDescriptor`` describes a whole operand (base,
+  shape, strides, the block to copy). ``a_desc.load([row, col])`` becomes one bulk copy
+  (``cp.async.bulk.tensor``) of a 128 x 64 tile into shared memory, issued by one thread and
+  signalled on a barrier, instead of every thread computing 64 addresses and issuing its own
+  cp.async. No address arithmetic, no masks in the kernel: the copy engine fills the part
+  of a tile outside the operand with zeros (the K edge, the M and N edges) and the store
+  ``c_desc.store`` writes only the part inside C.
+* **A persistent grid.** One program per multiprocessor (132 on an H200), each looping over
+  tiles in lesson 07's grouped order (``tile_id = pid, pid + NUM_SMS, ...``). Programs are
+  launched once, not in waves of 132, and with ``flatten=True`` Triton pipelines across the
+  tile boundary: the loads of the next tile's first K-steps overlap the current tile's
+  epilogue (the rounding and store of C), which a one-tile program cannot do.
+
+Shared memory: 3 stages x (128 + 256) x 64 x 2 bytes = 144 KB of operand tiles, plus the
+128 x 256 fp16 tile of C staged for the TMA store (64 KB): 208 KB of the 227 KB a program
+may use, so a 4th stage does not fit.
+
+Every shape and stride, by the launcher: a descriptor needs the last stride to be 1, the
+other strides and the base address to be multiples of 16 bytes. An operand that is not so
+(transposed, sliced, a row length that is not a multiple of 8 halves) is first copied into
+a buffer whose rows are padded to 16 bytes; the descriptor keeps the true shape, so the
+padding is never read. If C's rows are not a multiple of 16 bytes, the kernel writes a
+padded buffer that is then copied into C. Aligned row-major operands (the case that is
+timed) are used in place, with no copy.
+
+dtypes: fp16 and bf16 (tensor cores only; fp32 stays with lessons 07-08). Needs sm_90 for
+TMA on a GPU. Engines: Triton's interpreter runs the same kernel on CPU tensors, with small
+tiles and a pretend GPU of 3 multiprocessors, so each program loops over several tiles;
+there bf16 operands are widened to fp32 as in lesson 07 (the interpreter's bf16 ``tl.dot``
+is wrong).
+"""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from functools import lru_cache
+
+import torch
+import triton
+import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
+
+from .. import engines
+from . import FP16_BF16, Kernel
+from .k07_triton_swizzle import TileConfig, grouped_pid, operands
+
+__all__ = ["tma_persistent_kernel", "GPU_CONFIG", "SIM_CONFIG", "SIM_SMS", "GROUP_SIZE_M",
+           "tma_ready", "tma_view", "num_sms", "descriptors", "matmul", "asm_job", "check_anywhere"]
+
+
+@triton.jit
+def tma_persistent_kernel(
+        a_desc, b_desc, c_desc,          # TMA descriptors of A (M x K), B (K x N), C (M x N)
+        M, N, K,
+        BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+        GROUP_SIZE_M: tl.constexpr,
+        NUM_SMS: tl.constexpr,           # the loop's step; the grid is min(NUM_SMS, tiles)
+        INPUT_PRECISION: tl.constexpr,
+):
+    start_pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
+    num_tiles = num_pid_m * num_pid_n
+    # persistent: this program takes tiles start_pid, start_pid + NUM_SMS, ... in grouped order
+    for tile_id in tl.range(start_pid, num_tiles, NUM_SMS, flatten=True):
+        pid_m, pid_n = grouped_pid(tile_id, num_pid_m, num_pid_n, GROUP_SIZE_M)
+        acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            # one bulk copy per tile; outside the operand the copy engine fills zeros
+            a = a_desc.load([pid_m * BLOCK_SIZE_M, ki * BLOCK_SIZE_K])
+            b = b_desc.load([ki * BLOCK_SIZE_K, pid_n * BLOCK_SIZE_N])
+            acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+        # round once, after the loop; the store writes only the part of the tile inside C
+        c_desc.store([pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N], acc.to(c_desc.dtype))
+
+
+# H200: lesson 07's tile; 3 stages + the staged C tile = 208 KB (4 stages do not fit)
+GPU_CONFIG = TileConfig(128, 256, 64, 8, 3)
+# the interpreter: small tiles, and 3 "multiprocessors" so each program loops over tiles
+SIM_CONFIG = TileConfig(16, 16, 16, 1, 1)
+SIM_SMS = 3
+GROUP_SIZE_M = 8
+
+
+def tma_ready(t):
+    """Whether a TMA descriptor can address the 2-D tensor ``t`` in place: unit last stride,
+    rows apart by a multiple of 16 bytes (and not overlapping), a 16-byte-aligned base."""
+    size = t.element_size()
+    return (t.stride(1) == 1 and t.stride(0) >= t.shape[1] and (t.stride(0) * size) % 16 == 0
+            and t.data_ptr() % 16 == 0)
+
+
+def tma_view(t, *, copy=True):
+    """``t`` itself if :func:`tma_ready`, else a view of the same shape into a new buffer whose
+    rows are padded to 16 bytes (holding a copy of ``t`` if ``copy``, NaN otherwise)."""
+    if tma_ready(t):
+        return t
+    rows, cols = t.shape
+    step = 16 // t.element_size()
+    buf = torch.full((rows, triton.cdiv(cols, step) * step), float("nan"), dtype=t.dtype,
+                     device=t.device)
+    view = buf[:, :cols]
+    if copy:
+        view.copy_(t)
+    return view
+
+
+@lru_cache(maxsize=None)
+def _sms(index):
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def num_sms(device=None):
+    """Programs of the persistent grid: the multiprocessors of this GPU (3 on the interpreter)."""
+    if not engines.on_gpu():
+        return SIM_SMS
+    device = torch.device("cuda") if device is None else torch.device(device)
+    return _sms(device.index if device.index is not None else torch.cuda.current_device())
+
+
+def descriptors(a, b, out, config):
+    """The three TMA descriptors: tiles of BM x BK of A, BK x BN of B, BM x BN of C."""
+    return (TensorDescriptor.from_tensor(a, [config.BM, config.BK]),
+            TensorDescriptor.from_tensor(b, [config.BK, config.BN]),
+            TensorDescriptor.from_tensor(out, [config.BM, config.BN]))
+
+
+def matmul(a, b, c, *, config=None, sms=None, group_size_m=GROUP_SIZE_M):
+    """C = A @ B with :func:`tma_persistent_kernel` on a persistent grid of
+    ``min(sms, tiles)`` programs (``sms``: this GPU's multiprocessors by default).
+
+    Operands a descriptor cannot address are copied first (see the module's docstring).
+    """
+    M, K = a.shape
+    N = b.shape[1]
+    cfg = config or (GPU_CONFIG if engines.on_gpu() else SIM_CONFIG)
+    sms = num_sms(c.device) if sms is None else sms
+    a, b, precision = operands(a, b)          # the interpreter: bf16 widened to fp32
+    a, b = tma_view(a), tma_view(b)
+    out = tma_view(c, copy=False)
+    a_desc, b_desc, c_desc = descriptors(a, b, out, cfg)
+    tiles = triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN)
+    tma_persistent_kernel[(min(sms, tiles),)](
+        a_desc, b_desc, c_desc, M, N, K,
+        BLOCK_SIZE_M=cfg.BM, BLOCK_SIZE_N=cfg.BN, BLOCK_SIZE_K=cfg.BK,
+        GROUP_SIZE_M=group_size_m, NUM_SMS=sms, INPUT_PRECISION=precision,
+        num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if out is not c:
+        c.copy_(out)
+    return c
+
+
+def asm_job(dtype=torch.float16, *, config=None, cc=(9, 0), size=4096, sms=132):
+    """The compilation of the GPU configuration for ``cc`` as a launch on contiguous
+    ``size``-cubed operands would specialise it (for
+    :func:`gemm_lessons.triton_asm.compile_kernels`)."""
+    cfg = config or GPU_CONFIG
+    name = str(dtype).replace("torch.", "")
+    args = {"a_desc": {"desc": name, "block": [cfg.BM, cfg.BK]},
+            "b_desc": {"desc": name, "block": [cfg.BK, cfg.BN]},
+            "c_desc": {"desc": name, "block": [cfg.BM, cfg.BN]},
+            "M": size, "N": size, "K": size}
+    constants = {"BLOCK_SIZE_M": cfg.BM, "BLOCK_SIZE_N": cfg.BN, "BLOCK_SIZE_K": cfg.BK,
+                 "GROUP_SIZE_M": GROUP_SIZE_M, "NUM_SMS": sms, "INPUT_PRECISION": "tf32"}
+    return dict(fn=tma_persistent_kernel, args=args, constants=constants,
+                num_warps=cfg.num_warps, num_stages=cfg.num_stages, cc=cc)
+
+
+def check_anywhere():
+    """The line ``gl.check("k08_triton_tma")`` prints, on any machine: here on Hopper or on
+    the interpreter; on an older GPU (no TMA), the same check in a child process running
+    Triton's interpreter, so a lesson prints the same checkpoint everywhere."""
+    from .. import api
+    eng = engines.engine()
+    if eng.kind != "cuda" or tuple(eng.capability) >= (9, 0):
+        return str(api.check("k08_triton_tma"))
+    return _check_in_interpreter()
+
+
+def _check_in_interpreter():
+    env = dict(os.environ, GEMM_LESSONS_ENGINE="simulator")
+    code = "import gemm_lessons as gl\nprint(gl.check('k08_triton_tma'))\n"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError("checking k08_triton_tma on the interpreter failed:\n"
+                           + proc.stderr[-3000:])
+    return proc.stdout.strip()
+
+
+KERNELS = [
+    Kernel("k08_triton_tma", 8, "triton", FP16_BF16,
+           "Hopper fast path: TMA descriptor loads/stores, persistent grid (one program per SM)",
+           launch=matmul, source=tma_persistent_kernel, min_cc=(9, 0)),
+]
