@@ -13,7 +13,7 @@ What it does, in one process:
    fp16;
 2. compiles the fp16/bf16 kernels as launched and greps their PTX for wgmma and their SASS
    for HGMMA;
-3. at 4096 and 8192, fp16 and bf16: each result compared with cuBLAS's, then timed with
+3. at 4096 and 8192, fp16 and bf16: each result compared with a float64 reference, then timed with
    CUDA events against cuBLAS of the same dtype: k07 grouped and row-major, k08 autotuned
    (and the config it chose), k08_triton_tma (TMA descriptors, persistent grid), every k08
    config, and (unless --no-explore) extra k07 configs, a persistent variant without TMA
