@@ -474,7 +474,7 @@ def register_tiling(a, b, c, **cfg):
 
 # ----------------------------------------------------------------------------- registry
 _SIG = "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])"
-_SIG_VEC = "void(float32[:, ::1], float32[:, ::1], float32[:, ::1], int32)"
+_SIG_VEC = "void(float32[:, ::1], float32[:, ::1], float32[:, ::1], int64)"   # vec_c: a Python int
 
 
 def _ptx_final(cc):
