@@ -43,7 +43,7 @@ from . import FP32, Kernel
 
 # Simulator configs are small (each CUDA thread is a Python thread there); GPU configs large.
 SIM_CONFIGS = {
-    "k04_1d_tiling": dict(BM=16, BN=16, BK=4, TM=4),
+    "k04_1d_tiling": dict(BM=32, BN=32, BK=8, TM=8),
     "k04_2d_tiling": dict(BM=32, BN=32, BK=4, TM=4, TN=4),
     "k04_vectorized": dict(BM=32, BN=32, BK=8, TM=4, TN=4),
     "k04_register_tiling": dict(BM=32, BN=32, BK=8, WM=32, WN=16, TM=4, TN=4),
