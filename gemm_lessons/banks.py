@@ -17,15 +17,11 @@ from __future__ import annotations
 
 import importlib
 import inspect
-import os
-import pickle
 import re
-import subprocess
-import sys
 
 import numpy as np
 
-from . import counters, engines
+from . import counters
 
 __all__ = ["simulate_launcher", "shared_names", "ways", "passes", "ways_table",
            "lane_bank_grid", "lane_bank_plot"]
@@ -47,20 +43,8 @@ def simulate_launcher(target, config, M, N, K, *, seed=0):
     """Trace one launch of ``target`` (``"module:function"``, a launcher taking
     ``(a, b, c, **config)``) on seeded M x N x K inputs in the simulator; returns the
     :class:`counters.Trace`. On a GPU it runs in a child process with the simulator on."""
-    config = dict(config)
-    if not engines.on_gpu():
-        return _run_here(target, config, M, N, K, seed)
-    env = dict(os.environ, GEMM_LESSONS_ENGINE="simulator")
-    env.pop("NUMBA_ENABLE_CUDASIM", None)
-    code = ("import pickle, sys, gemm_lessons\n"
-            "from gemm_lessons import banks\n"
-            f"t = banks._run_here({target!r}, {config!r}, {M}, {N}, {K}, {seed})\n"
-            "sys.stdout.buffer.write(pickle.dumps(t))\n")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"simulating {target} failed:\n"
-                           + proc.stderr.decode(errors="replace")[-3000:])
-    return pickle.loads(proc.stdout)
+    return counters.run_simulated("gemm_lessons.banks:_run_here", target, dict(config),
+                                  M, N, K, seed)
 
 
 def shared_names(module):

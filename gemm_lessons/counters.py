@@ -268,6 +268,30 @@ def _simulate_here(kernel, M, N, K, dtype, seed, a_layout, b_layout):
     return t
 
 
+def run_simulated(target, *args):
+    """``module:function`` called with ``args`` on the simulator, and its (picklable) result.
+
+    On the simulator it runs here; on a GPU, in a child process with the simulator switched on
+    (numba cannot run both in one process), so instruments give the same answer everywhere.
+    """
+    module, func = target.split(":")
+    if not engines.on_gpu():
+        import importlib
+        return getattr(importlib.import_module(module), func)(*args)
+    import os
+    import pickle
+    import subprocess
+    env = dict(os.environ, GEMM_LESSONS_ENGINE="simulator")
+    code = ("import importlib, pickle, sys, gemm_lessons\n"
+            f"fn = getattr(importlib.import_module({module!r}), {func!r})\n"
+            f"sys.stdout.buffer.write(pickle.dumps(fn(*{args!r})))\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)
+    if proc.returncode != 0:
+        raise RuntimeError("simulating {} failed:\n{}".format(
+            target, proc.stderr.decode(errors="replace")[-3000:]))
+    return pickle.loads(proc.stdout)
+
+
 def simulate(kernel, M, N, K, dtype="float32", *, seed=0, a="row", b="row") -> Trace:
     """Run the registered ``kernel`` once on seeded M x N x K inputs in the simulator and
     return its :class:`Trace` (global arrays named A, B, C).
@@ -276,18 +300,4 @@ def simulate(kernel, M, N, K, dtype="float32", *, seed=0, a="row", b="row") -> T
     the simulator it runs here; on a GPU, in a child process with the simulator switched on.
     """
     dtype = str(dtype).replace("torch.", "")
-    if not engines.on_gpu():
-        return _simulate_here(kernel, M, N, K, dtype, seed, a, b)
-    import os
-    import pickle
-    import subprocess
-    env = dict(os.environ, GEMM_LESSONS_ENGINE="simulator")
-    code = ("import pickle, sys, gemm_lessons\n"
-            "from gemm_lessons import counters\n"
-            f"t = counters._simulate_here({kernel!r}, {M}, {N}, {K}, {dtype!r}, {seed}, {a!r}, {b!r})\n"
-            "sys.stdout.buffer.write(pickle.dumps(t))\n")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)
-    if proc.returncode != 0:
-        raise RuntimeError("simulating {} failed:\n{}".format(
-            kernel, proc.stderr.decode(errors="replace")[-3000:]))
-    return pickle.loads(proc.stdout)
+    return run_simulated("gemm_lessons.counters:_simulate_here", kernel, M, N, K, dtype, seed, a, b)
