@@ -104,6 +104,18 @@ def resources(kernel, threads, dyn_smem):
     return regs, smem, blocks, 100.0 * blocks * threads / 2048
 
 
+def time_sizes(run, name, dtype, base):
+    """Time ``run`` at every size in SIZES; cuBLAS is timed once per (size, dtype) and
+    kept in ``base`` for the following configs. Yields the BenchResults."""
+    for n in SIZES:
+        res = harness.bench(run, name, n, dtype=dtype, baseline=(n, dtype) not in base)
+        if res.baseline_ms is None:
+            res.baseline_ms = base[(n, dtype)]
+        base[(n, dtype)] = res.baseline_ms
+        log(f"  {res}")
+        yield res
+
+
 def quick_check(run, name, dtype):
     cases = [harness.Case("ragged K%8", 1003, 1001, 997, hint="edges, K padding"),
              harness.Case("A transposed", 520, 384, 264, a="transposed", hint="copy path"),
@@ -203,15 +215,9 @@ def main():
             f"{blocks} block(s)/SM, occupancy {occ:.0f}%")
         if not ok:
             continue
-        for n in SIZES:
-            res = harness.bench(run, name, n, dtype=torch.float16,
-                                baseline=(n, torch.float16) not in base)
-            if res.baseline_ms is None:
-                res.baseline_ms = base[(n, torch.float16)]
-            base[(n, torch.float16)] = res.baseline_ms
-            rows.append((name, "float16", n, res.tflops, res.baseline_tflops, res.ratio,
+        for res in time_sizes(run, name, torch.float16, base):
+            rows.append((name, "float16", res.M, res.tflops, res.baseline_tflops, res.ratio,
                          regs, smem, blocks))
-            log(f"  {res}")
 
     # 3. bf16 for the registered k06 config and the best one
     if not args.no_bf16:
@@ -226,13 +232,8 @@ def main():
             log(f"{name} bf16: {msg}")
             if not ok:
                 continue
-            for n in SIZES:
-                res = harness.bench(run, name, n, dtype=torch.bfloat16,
-                                    baseline=(n, torch.bfloat16) not in base)
-                if res.baseline_ms is None:
-                    res.baseline_ms = base[(n, torch.bfloat16)]
-                base[(n, torch.bfloat16)] = res.baseline_ms
-                rows.append((name, "bfloat16", n, res.tflops, res.baseline_tflops, res.ratio,
+            for res in time_sizes(run, name, torch.bfloat16, base):
+                rows.append((name, "bfloat16", res.M, res.tflops, res.baseline_tflops, res.ratio,
                              "", "", ""))
                 log(f"  {res}")
 
