@@ -45,16 +45,16 @@ SLOW = {"k02_smem_tiling", "k03_bank_conflicts", "k03_padded", "k04_1d_tiling"}
 
 # k04_register_tiling configurations (the registered one is GPU_CONFIGS[...]).
 CONFIGS = [
-    dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=8, TN=16),                   # registered
-    dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=8, TN=16, KSTEPS=4),
-    dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8),
-    dict(BM=128, BN=256, BK=8, WM=64, WN=64, TM=8, TN=16),                   # 256 thr, 1 blk/SM
-    dict(BM=128, BN=256, BK=8, WM=64, WN=64, TM=8, TN=16, KSTEPS=4),
-    dict(BM=64, BN=128, BK=8, WM=64, WN=64, TM=8, TN=16),                    # 64 thr
+    dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8),                   # registered
+    dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8, PIPELINE=True),
+    dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8, KSTEPS=4),
+    dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8, KSTEPS=4, PIPELINE=True),
+    dict(BM=256, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8),                   # 256 thr, 1 blk/SM
+    dict(BM=256, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8, PIPELINE=True),
+    dict(BM=256, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8, KSTEPS=4),
+    dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=8, TN=16),
+    dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=8, TN=16, PIPELINE=True),
     dict(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8),                    # 256 thr, 2 blk/SM
-    dict(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, KSTEPS=4, MIN_BLOCKS=1),
-    dict(BM=128, BN=128, BK=16, WM=64, WN=32, TM=8, TN=8, MIN_BLOCKS=1),
-    dict(BM=128, BN=128, BK=8, WM=32, WN=64, TM=8, TN=8),                    # lanes 4 x 8
 ]
 
 
@@ -67,6 +67,8 @@ def name_of(cfg):
          f"t{cfg['TM']}x{cfg['TN']}")
     if cfg.get("KSTEPS", 2) != 2:
         s += f" ks{cfg['KSTEPS']}"
+    if cfg.get("PIPELINE"):
+        s += " pipe"
     if "MIN_BLOCKS" in cfg:
         s += f" mb{cfg['MIN_BLOCKS']}"
     return s

@@ -47,39 +47,40 @@ def make_kernel(BN=32, PAD=0):
     """The column-walk kernel; ``PAD=0``: 32-way bank conflicts, ``PAD=1``: none."""
     NT = BM * BN  # threads per block
     SA = (BM, BK + PAD)
+    RPT = BM // BN                    # rows of the A tile each thread loads
 
     @cuda.jit(**launch_bounds(NT))    # <= 64 registers per thread, or 1024 threads do not fit
     def column_walk(A, B, C):
-        sA = cuda.shared.array(SA, float32)  # (m, k) tile of A, BK + PAD words per row
-        sB = cuda.shared.array((BK, BN), float32)        # (k, n) tile of B
+        sA = cuda.shared.array(SA, float32)         # (m, k) tile of A, BK + PAD words per row
+        sB = cuda.shared.array((BK, BN), float32)   # (k, n) tile of B
         M, K = A.shape
         N = B.shape[1]
         lane = cuda.threadIdx.x            # row of the C tile: lanes walk DOWN the tile
         ty = cuda.threadIdx.y              # column of the C tile (one per warp)
         t = ty * BM + lane                 # thread id in the block
+        kb = t // BN                       # the one element of the B tile it loads
+        nb = t % BN
         m0 = cuda.blockIdx.y * BM
         n0 = cuda.blockIdx.x * BN
         acc = float32(0.0)
         for k0 in range(0, K, BK):
-            # load the A tile: lanes along k, so global reads are coalesced
-            for r in range(ty, BM, BN):
+            for i in range(RPT):           # the A tile: lanes along k (coalesced reads)
+                r = ty + i * BN
                 if m0 + r < M and k0 + lane < K:
                     sA[r, lane] = A[m0 + r, k0 + lane]
                 else:
                     sA[r, lane] = 0.0
-            # load the B tile: consecutive threads along n (coalesced)
-            for e in range(t, BK * BN, NT):
-                kr = e // BN
-                c = e % BN
-                if k0 + kr < K and n0 + c < N:
-                    sB[kr, c] = B[k0 + kr, n0 + c]
-                else:
-                    sB[kr, c] = 0.0
+            if k0 + kb < K and n0 + nb < N:    # the B tile: threads along n (coalesced)
+                sB[kb, nb] = B[k0 + kb, n0 + nb]
+            else:
+                sB[kb, nb] = 0.0
             cuda.syncthreads()
-            for k in range(BK):
+            k = 0
+            while k < BK:                  # (a while loop: LLVM unrolls it without overhead)
                 # sA[lane, k]: the 32 lanes read a COLUMN of sA (bank conflict unless padded);
                 # sB[k, ty]: one word for the whole warp (a broadcast)
                 acc += sA[lane, k] * sB[k, ty]
+                k += 1
             cuda.syncthreads()
         if m0 + lane < M and n0 + ty < N:
             C[m0 + lane, n0 + ty] = acc

@@ -14,7 +14,7 @@ each thread compute *several* outputs, keeping the operands it reuses in registe
   float4s; global loads are float4s too (``gemm_lessons.ptx_simt``).
 * ``k04_register_tiling`` — the finished kernel: warp tiling (a warp's 32 threads cover a
   compact WM x WN tile, and each thread's rows and columns are float4s spaced so that a warp
-  reads shared memory without bank conflicts), larger thread tiles (8 x 16), the next tile
+  reads shared memory without bank conflicts), larger thread tiles (16 x 8), the next tile
   loaded from global memory into registers while this one is multiplied, and two shared
   buffers, so one ``syncthreads`` per tile is enough.
 
@@ -35,7 +35,7 @@ the others into zero-padded buffers. The kernels mask the remaining M, N and K e
 from functools import lru_cache
 
 import torch
-from numba import cuda, float32
+from numba import cuda, float32, int64
 
 from .. import engines
 from ..ptx_simt import SMEM_ALIGN, launch_bounds, ld_global_v4, ld_shared_v4, st_global_v4, st_shared_v4
@@ -52,9 +52,9 @@ GPU_CONFIGS = {
     "k04_1d_tiling": dict(BM=64, BN=64, BK=8, TM=8),
     "k04_2d_tiling": dict(BM=128, BN=128, BK=8, TM=8, TN=8),
     "k04_vectorized": dict(BM=128, BN=128, BK=8, TM=8, TN=8),
-    # 4 warps of 64 x 64, 8 x 16 outputs per thread (128 threads): the shape cuBLAS's own
-    # SIMT SGEMM uses; tools/sweep_k04.py times the alternatives
-    "k04_register_tiling": dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=8, TN=16),
+    # 4 warps of 64 x 64, 16 x 8 outputs per thread (128 threads), the shape cuBLAS's own SIMT
+    # SGEMM uses; the best of tools/sweep_k04.py's configurations on an H200
+    "k04_register_tiling": dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8),
 }
 
 
@@ -67,11 +67,22 @@ def _cdiv(a, b):
     return (a + b - 1) // b
 
 
+def _check_loads(NT, BM, BN, BK, vec=1):
+    """The tiles split evenly over the threads: each loads the same number of elements
+    (float4s when vec=4) of each tile, at fixed offsets computed once."""
+    if NT % (BK // vec) or NT % (BN // vec) or BM % (NT // (BK // vec)) \
+            or BK % (NT // (BN // vec)):
+        raise ValueError(f"tiles BM={BM}, BN={BN}, BK={BK} do not split evenly over {NT} "
+                         "threads")
+
+
 # ----------------------------------------------------------------------- step 1: 1-D tiles
 @lru_cache(maxsize=None)
 def make_1d_tiling(BM=64, BN=64, BK=8, TM=8):
     """Each thread computes TM consecutive rows of one column of C (BM/TM x BN threads)."""
     NT = (BM // TM) * BN              # threads per block
+    A_ROWS, B_ROWS = NT // BK, NT // BN   # tile rows the whole block loads per step
+    _check_loads(NT, BM, BN, BK)
 
     @cuda.jit
     def tiling_1d(A, B, C):
@@ -83,30 +94,32 @@ def make_1d_tiling(BM=64, BN=64, BK=8, TM=8):
         t = cuda.threadIdx.x
         tn = t % BN                 # the thread's column in the block tile (lanes along n)
         tm = t // BN                # its group of TM rows
+        ar, ac = t // BK, t % BK    # its elements of the tiles: sA[ar + i*A_ROWS, ac] and
+        br, bc = t // BN, t % BN    # sB[br + i*B_ROWS, bc] (k, then n, fastest: coalesced)
         m0 = cuda.blockIdx.y * BM
         n0 = cuda.blockIdx.x * BN
         for i in range(TM):
             acc[i] = 0.0
         for k0 in range(0, K, BK):
-            for e in range(t, BM * BK, NT):       # the A tile, k fastest (coalesced)
-                r = e // BK
-                c = e % BK
-                if m0 + r < M and k0 + c < K:
-                    sA[r, c] = A[m0 + r, k0 + c]
+            for i in range(BM // A_ROWS):         # the A tile (0 outside A)
+                r = ar + i * A_ROWS
+                if m0 + r < M and k0 + ac < K:
+                    sA[r, ac] = A[m0 + r, k0 + ac]
                 else:
-                    sA[r, c] = 0.0
-            for e in range(t, BK * BN, NT):       # the B tile, n fastest (coalesced)
-                r = e // BN
-                c = e % BN
-                if k0 + r < K and n0 + c < N:
-                    sB[r, c] = B[k0 + r, n0 + c]
+                    sA[r, ac] = 0.0
+            for i in range(BK // B_ROWS):         # the B tile (0 outside B)
+                r = br + i * B_ROWS
+                if k0 + r < K and n0 + bc < N:
+                    sB[r, bc] = B[k0 + r, n0 + bc]
                 else:
-                    sB[r, c] = 0.0
+                    sB[r, bc] = 0.0
             cuda.syncthreads()
-            for k in range(BK):
+            k = 0
+            while k < BK:           # (a while loop: numba's range() adds bookkeeping here)
                 b = sB[k, tn]                     # one load from shared memory...
                 for i in range(TM):               # ...used by TM multiply-adds
                     acc[i] += sA[tm * TM + i, k] * b
+                k += 1
             cuda.syncthreads()
         for i in range(TM):
             if m0 + tm * TM + i < M and n0 + tn < N:
@@ -131,6 +144,8 @@ def make_2d_tiling(BM=128, BN=128, BK=8, TM=8, TN=8):
     """Each thread computes a TM x TN tile of C from register fragments rA, rB."""
     TCOLS = BN // TN                  # threads across the block tile
     NT = (BM // TM) * TCOLS           # threads per block
+    A_ROWS, B_ROWS = NT // BK, NT // BN   # tile rows the whole block loads per step
+    _check_loads(NT, BM, BN, BK)
 
     @cuda.jit
     def tiling_2d(A, B, C):
@@ -144,28 +159,29 @@ def make_2d_tiling(BM=128, BN=128, BK=8, TM=8, TN=8):
         t = cuda.threadIdx.x
         tm = t // TCOLS             # the thread's tile: rows tm*TM.., columns tn*TN..
         tn = t % TCOLS
+        ar, ac = t // BK, t % BK    # its elements of the tiles, as in step 1
+        br, bc = t // BN, t % BN
         m0 = cuda.blockIdx.y * BM
         n0 = cuda.blockIdx.x * BN
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = 0.0
         for k0 in range(0, K, BK):
-            for e in range(t, BM * BK, NT):
-                r = e // BK
-                c = e % BK
-                if m0 + r < M and k0 + c < K:
-                    sA[r, c] = A[m0 + r, k0 + c]
+            for i in range(BM // A_ROWS):
+                r = ar + i * A_ROWS
+                if m0 + r < M and k0 + ac < K:
+                    sA[r, ac] = A[m0 + r, k0 + ac]
                 else:
-                    sA[r, c] = 0.0
-            for e in range(t, BK * BN, NT):
-                r = e // BN
-                c = e % BN
-                if k0 + r < K and n0 + c < N:
-                    sB[r, c] = B[k0 + r, n0 + c]
+                    sA[r, ac] = 0.0
+            for i in range(BK // B_ROWS):
+                r = br + i * B_ROWS
+                if k0 + r < K and n0 + bc < N:
+                    sB[r, bc] = B[k0 + r, n0 + bc]
                 else:
-                    sB[r, c] = 0.0
+                    sB[r, bc] = 0.0
             cuda.syncthreads()
-            for k in range(BK):
+            k = 0
+            while k < BK:
                 for i in range(TM):                 # TM + TN loads from shared memory...
                     rA[i] = sA[tm * TM + i, k]
                 for j in range(TN):
@@ -173,6 +189,7 @@ def make_2d_tiling(BM=128, BN=128, BK=8, TM=8, TN=8):
                 for i in range(TM):                 # ...feed TM * TN multiply-adds
                     for j in range(TN):
                         acc[i, j] += rA[i] * rB[j]
+                k += 1
             cuda.syncthreads()
         for i in range(TM):
             for j in range(TN):
@@ -231,6 +248,8 @@ def make_vectorized(BM=128, BN=128, BK=8, TM=8, TN=8):
     PAD = 4                           # sA rows padded by 4 words: conflict-free transposed stores
     SA = (BK, BM + PAD)
     SB = (BK, BN)
+    A_ROWS, B_ROWS = NT // KQ, NT // NQ   # tile rows the whole block loads per step
+    _check_loads(NT, BM, BN, BK, vec=4)
 
     @cuda.jit
     def vectorized(A, B, C, vec_c):
@@ -246,31 +265,32 @@ def make_vectorized(BM=128, BN=128, BK=8, TM=8, TN=8):
         t = cuda.threadIdx.x
         tm = t // TCOLS
         tn = t % TCOLS
+        ar, ac = t // KQ, (t % KQ) * 4     # its float4s: A[m0 + ar + i*A_ROWS, k0 + ac..+3]
+        br, bc = t // NQ, (t % NQ) * 4     # and B[k0 + br + i*B_ROWS, n0 + bc..+3]
         m0 = cuda.blockIdx.y * BM
         n0 = cuda.blockIdx.x * BN
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = 0.0
         for k0 in range(0, K, BK):
-            for e in range(t, BM * KQ, NT):        # A tile: one float4 along k per step...
-                r = e // KQ
-                c = (e % KQ) * 4
-                if m0 + r < M and k0 + c < K:
-                    v = ld_global_v4(A, m0 + r, k0 + c)
+            for i in range(BM // A_ROWS):          # A tile: one float4 along k...
+                r = ar + i * A_ROWS
+                if m0 + r < M and k0 + ac < K:
+                    v = ld_global_v4(A, m0 + r, k0 + ac)
                 else:
                     v = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
                 for q in range(4):                 # ...stored transposed: sA[k, m]
-                    sA[c + q, r] = v[q]
-            for e in range(t, BK * NQ, NT):        # B tile: float4 along n, stored as is
-                r = e // NQ
-                c = (e % NQ) * 4
-                if k0 + r < KB and n0 + c < NB:
-                    v = ld_global_v4(B, k0 + r, n0 + c)
+                    sA[ac + q, r] = v[q]
+            for i in range(BK // B_ROWS):          # B tile: float4 along n, stored as is
+                r = br + i * B_ROWS
+                if k0 + r < KB and n0 + bc < NB:
+                    v = ld_global_v4(B, k0 + r, n0 + bc)
                 else:
                     v = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
-                st_shared_v4(sB, r, c, v)
+                st_shared_v4(sB, r, bc, v)
             cuda.syncthreads()
-            for k in range(BK):
+            k = 0
+            while k < BK:
                 for g in range(TM // 4):           # TM/4 float4 loads of A's column k
                     a = ld_shared_v4(sA, k, tm * TM + 4 * g)
                     for q in range(4):
@@ -282,6 +302,7 @@ def make_vectorized(BM=128, BN=128, BK=8, TM=8, TN=8):
                 for i in range(TM):
                     for j in range(TN):
                         acc[i, j] += rA[i] * rB[j]
+                k += 1
             cuda.syncthreads()
         for i in range(TM):
             row = m0 + tm * TM + i
@@ -311,7 +332,7 @@ def vectorized(a, b, c, **cfg):
 # --------------------------------------------- step 4: warp tiling, double buffering: final
 @lru_cache(maxsize=None)
 def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, KSTEPS=2,
-                         MIN_BLOCKS=None):
+                         PIPELINE=False, MIN_BLOCKS=None):
     """The finished SIMT kernel (see the module docstring). Each warp computes a WM x WN
     tile; its lanes form an (WM/TM) x (WN/TN) grid; each thread holds TM x TN accumulators,
     as (TM/4) x (TN/4) blocks of 4 x 4 spaced a quarter-warp-tile apart."""
@@ -326,7 +347,8 @@ def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, KSTEPS=
     NQ = BN // 4                      # float4s across a row of the B tile
     A_LOADS = BM * KQ // NT           # float4s of A per thread per tile
     B_LOADS = BK * NQ // NT           # float4s of B per thread per tile
-    if A_LOADS * NT != BM * KQ or B_LOADS * NT != BK * NQ:
+    A_ROWS, B_ROWS = NT // KQ, NT // NQ   # tile rows the whole block loads per float4 step
+    if A_LOADS * NT != BM * KQ or B_LOADS * NT != BK * NQ or NT % KQ or NT % NQ:
         raise ValueError("the tiles must split evenly into float4 loads over the threads")
     if KSTEPS not in (2, 4) or BK % KSTEPS:
         raise ValueError("KSTEPS (k per trip of the inner loop) is 2 or 4 and divides BK")
@@ -334,83 +356,101 @@ def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, KSTEPS=
     SA = (2 * BK, BM + PAD)           # two buffers: rows 0..BK-1 and BK..2BK-1
     SB = (2 * BK, BN)
     ACC = (TM, TN)
+    RA = (2, TM)                      # register fragments, two sets (k even, k odd)
+    RB = (2, TN)
     GA = (A_LOADS, 4)                 # the next tile, on its way from global memory
     GB = (B_LOADS, 4)
     if MIN_BLOCKS is None:            # 8 x 8 per thread fits in 128 registers: 2 blocks per SM
         MIN_BLOCKS = 2 if TM * TN <= 64 and NT * 2 * 128 <= 65536 else 1
 
     @cuda.jit(device=True, inline="always")
-    def mma_step(sA, sB, k, am, bn, rA, rB, acc):
-        """One k of the tile: TM/4 + TN/4 float4 loads, TM * TN multiply-adds."""
+    def load_fragments(sA, sB, k, am, bn, rA, rB, s):
+        """rA[s] <- the thread's TM values of column k of the A tile, rB[s] <- its TN values
+        of row k of the B tile: TM/4 + TN/4 float4 loads from shared memory."""
         for g in range(TM // 4):
             a = ld_shared_v4(sA, k, am + g * 4 * LM)
             for q in range(4):
-                rA[4 * g + q] = a[q]
+                rA[s, 4 * g + q] = a[q]
         for h in range(TN // 4):
             b = ld_shared_v4(sB, k, bn + h * 4 * LN)
             for q in range(4):
-                rB[4 * h + q] = b[q]
-        for i in range(TM):
-            for j in range(TN):
-                acc[i, j] += rA[i] * rB[j]
+                rB[s, 4 * h + q] = b[q]
 
     @cuda.jit(device=True, inline="always")
-    def load_tile(A, B, k0, t, m0, n0, gA, gB, k_edge):
-        """Global -> registers: this thread's float4s of the A and B tiles at k0. Rows of
-        A past M and columns of B past N are clamped (read, never stored); with ``k_edge``
-        (the last tile) k past K reads 0."""
-        M = A.shape[0]
-        K, NB = B.shape           # A may be wider than K: zero columns added by the launcher
+    def outer_product(rA, rB, s, acc):
+        """acc += rA[s] (a column) x rB[s] (a row): TM * TN multiply-adds."""
+        for i in range(TM):
+            for j in range(TN):
+                acc[i, j] += rA[s, i] * rB[s, j]
+
+    @cuda.jit(device=True, inline="always")
+    def load_tile(A, B, k0, rowsA, ac, br, colB, gA, gB, k_edge):
+        """Global -> registers: this thread's float4s of the A and B tiles at k0, from rows
+        ``rowsA[i]`` of A (clamped to M - 1: read, never stored) and column ``colB`` of B
+        (clamped likewise). With ``k_edge`` (the last tile), k past K reads 0."""
+        K = B.shape[0]            # A may be wider than K: zero columns added by the launcher
         for i in range(A_LOADS):
-            e = t + i * NT
-            r = min(m0 + e // KQ, M - 1)
-            c = k0 + (e % KQ) * 4
-            if not k_edge or c < K:
-                v = ld_global_v4(A, r, c)
+            if not k_edge or k0 + ac < K:
+                v = ld_global_v4(A, rowsA[i], k0 + ac)
             else:
                 v = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
             for q in range(4):
                 gA[i, q] = v[q]
         for i in range(B_LOADS):
-            e = t + i * NT
-            r = k0 + e // NQ
-            c = min(n0 + (e % NQ) * 4, NB - 4)
+            r = k0 + br + i * B_ROWS
             if not k_edge or r < K:
-                v = ld_global_v4(B, r, c)
+                v = ld_global_v4(B, r, colB)
             else:
                 v = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
             for q in range(4):
                 gB[i, q] = v[q]
 
     @cuda.jit(device=True, inline="always")
-    def store_tile(sA, sB, buf, t, gA, gB):
+    def store_tile(sA, sB, buf, ar, ac, br, bc, gA, gB):
         """Registers -> shared buffer ``buf`` (row offset 0 or BK); A transposed."""
         for i in range(A_LOADS):
-            e = t + i * NT
             for q in range(4):
-                sA[buf + (e % KQ) * 4 + q, e // KQ] = gA[i, q]
+                sA[buf + ac + q, ar + i * A_ROWS] = gA[i, q]
         for i in range(B_LOADS):
-            e = t + i * NT
-            st_shared_v4(sB, buf + e // NQ, (e % NQ) * 4, (gB[i, 0], gB[i, 1], gB[i, 2], gB[i, 3]))
+            st_shared_v4(sB, buf + br + i * B_ROWS, bc, (gB[i, 0], gB[i, 1], gB[i, 2], gB[i, 3]))
 
     @cuda.jit(device=True, inline="always")
-    def tile(A, B, sA, sB, buf, k0, t, m0, n0, am, bn, gA, gB, rA, rB, acc):
+    def tile(A, B, sA, sB, buf, k0, ix, rowsA, colB, am, bn, gA, gB, rA, rB, acc):
         """One BK-deep tile: publish the registers loaded earlier into shared buffer
         ``buf``, start loading the next tile, multiply this one."""
-        store_tile(sA, sB, buf, t, gA, gB)
+        ar, ac, br, bc = ix[0], ix[1], ix[2], ix[3]
+        store_tile(sA, sB, buf, ar, ac, br, bc, gA, gB)
         cuda.syncthreads()        # one barrier per tile: the other buffer is the one in use
         K = B.shape[0]
         if k0 + 2 * BK <= K:      # the next tile lies inside K: no masks
-            load_tile(A, B, k0 + BK, t, m0, n0, gA, gB, False)   # in flight during the FMAs
+            load_tile(A, B, k0 + BK, rowsA, ac, br, colB, gA, gB, False)  # in flight below
         elif k0 + BK < K:         # the last tile, cut by K
-            load_tile(A, B, k0 + BK, t, m0, n0, gA, gB, True)
+            load_tile(A, B, k0 + BK, rowsA, ac, br, colB, gA, gB, True)
+        if PIPELINE:              # fragments of the first k, before the loop
+            load_fragments(sA, sB, buf, am, bn, rA, rB, 0)
         k = 0
         while k < BK:             # KSTEPS k per trip, by hand: numba has no "#pragma unroll"
-            mma_step(sA, sB, buf + k, am, bn, rA, rB, acc)
-            mma_step(sA, sB, buf + k + 1, am, bn, rA, rB, acc)
-            if KSTEPS == 4:
-                mma_step(sA, sB, buf + k + 2, am, bn, rA, rB, acc)
-                mma_step(sA, sB, buf + k + 3, am, bn, rA, rB, acc)
+            if PIPELINE:          # load the next k's fragments, then multiply this k's
+                load_fragments(sA, sB, buf + k + 1, am, bn, rA, rB, 1)
+                outer_product(rA, rB, 0, acc)
+                if KSTEPS == 4:
+                    load_fragments(sA, sB, buf + k + 2, am, bn, rA, rB, 0)
+                    outer_product(rA, rB, 1, acc)
+                    load_fragments(sA, sB, buf + k + 3, am, bn, rA, rB, 1)
+                    outer_product(rA, rB, 0, acc)
+                if k + KSTEPS < BK:
+                    load_fragments(sA, sB, buf + k + KSTEPS, am, bn, rA, rB, 0)
+                outer_product(rA, rB, 1, acc)
+            else:                 # load, multiply; ptxas moves the loads up where it can
+                load_fragments(sA, sB, buf + k, am, bn, rA, rB, 0)
+                outer_product(rA, rB, 0, acc)
+                load_fragments(sA, sB, buf + k + 1, am, bn, rA, rB, 1)
+                outer_product(rA, rB, 1, acc)
+                if KSTEPS == 4:
+                    load_fragments(sA, sB, buf + k + 2, am, bn, rA, rB, 0)
+                    outer_product(rA, rB, 0, acc)
+                    load_fragments(sA, sB, buf + k + 3, am, bn, rA, rB, 1)
+                    outer_product(rA, rB, 1, acc)
             k += KSTEPS
 
     # launch bounds: at most 65536 / (NT * MIN_BLOCKS) registers per thread
@@ -418,11 +458,13 @@ def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, KSTEPS=
     def register_tiling(A, B, C, vec_c):
         sA = cuda.shared.array(SA, float32, alignment=SMEM_ALIGN)   # (buffer k, m): A^T
         sB = cuda.shared.array(SB, float32, alignment=SMEM_ALIGN)   # (buffer k, n)
-        rA = cuda.local.array(TM, float32)
-        rB = cuda.local.array(TN, float32)
+        rA = cuda.local.array(RA, float32)
+        rB = cuda.local.array(RB, float32)
         acc = cuda.local.array(ACC, float32)
         gA = cuda.local.array(GA, float32)
         gB = cuda.local.array(GB, float32)
+        ix = cuda.local.array(4, int64)              # tile-load offsets (see below)
+        rowsA = cuda.local.array(A_LOADS, int64)     # rows of A this thread loads
         M, N = C.shape
         K = B.shape[0]
         t = cuda.threadIdx.x
@@ -436,12 +478,19 @@ def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, KSTEPS=
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = 0.0
-        load_tile(A, B, 0, t, m0, n0, gA, gB, True)
+        # the thread's share of the tile loads: float4 i of the A tile is row ar + i*A_ROWS,
+        # columns ac..ac+3; float4 i of the B tile is row br + i*B_ROWS, columns bc..bc+3
+        ix[0], ix[1] = t // KQ, (t % KQ) * 4
+        ix[2], ix[3] = t // NQ, (t % NQ) * 4
+        for i in range(A_LOADS):
+            rowsA[i] = min(m0 + ix[0] + i * A_ROWS, M - 1)
+        colB = min(n0 + ix[3], B.shape[1] - 4)
+        load_tile(A, B, 0, rowsA, ix[1], ix[2], colB, gA, gB, True)
         k0 = 0
         while k0 < K:             # two tiles per trip: buffers 0 and BK, both constants
-            tile(A, B, sA, sB, 0, k0, t, m0, n0, am, bn, gA, gB, rA, rB, acc)
+            tile(A, B, sA, sB, 0, k0, ix, rowsA, colB, am, bn, gA, gB, rA, rB, acc)
             if k0 + BK < K:
-                tile(A, B, sA, sB, BK, k0 + BK, t, m0, n0, am, bn, gA, gB, rA, rB, acc)
+                tile(A, B, sA, sB, BK, k0 + BK, ix, rowsA, colB, am, bn, gA, gB, rA, rB, acc)
             k0 += 2 * BK
         # C = acc. Row i of the thread tile is row i % 4 of its (i // 4)-th 4 x 4 block.
         if vec_c and m0 + BM <= M and n0 + BN <= N:
