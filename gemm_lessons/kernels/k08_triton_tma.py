@@ -174,23 +174,24 @@ def asm_job(dtype=torch.float16, *, config=None, cc=(9, 0), size=4096, sms=132):
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages, cc=cc)
 
 
-def check_anywhere():
-    """The line ``gl.check("k08_triton_tma")`` prints, on any machine: here on Hopper or on
+def check_anywhere(name="k08_triton_tma"):
+    """The line ``gl.check(name)`` prints, on any machine: here on Hopper or on
     the interpreter; on an older GPU (no TMA), the same check in a child process running
-    Triton's interpreter, so a lesson prints the same checkpoint everywhere."""
+    Triton's interpreter, so a lesson prints the same checkpoint everywhere. ``name``: any
+    registered sm_90 kernel (lesson 09's k09_fused_tma uses this too)."""
     from .. import api
     eng = engines.engine()
     if eng.kind != "cuda" or tuple(eng.capability) >= (9, 0):
-        return str(api.check("k08_triton_tma"))
-    return _check_in_interpreter()
+        return str(api.check(name))
+    return _check_in_interpreter(name)
 
 
-def _check_in_interpreter():
+def _check_in_interpreter(name="k08_triton_tma"):
     env = dict(os.environ, GEMM_LESSONS_ENGINE="simulator")
-    code = "import gemm_lessons as gl\nprint(gl.check('k08_triton_tma'))\n"
+    code = f"import gemm_lessons as gl\nprint(gl.check({name!r}))\n"
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError("checking k08_triton_tma on the interpreter failed:\n"
+        raise RuntimeError(f"checking {name} on the interpreter failed:\n"
                            + proc.stderr[-3000:])
     return proc.stdout.strip()
 

@@ -35,7 +35,7 @@ gelu(x + y)), so it must wait for the full sum.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import lru_cache
 
 import torch
@@ -47,6 +47,7 @@ from . import Kernel
 
 __all__ = ["fused_gemm_kernel", "splitk_epilogue_kernel", "Config", "default_config",
            "split_k_rule", "fused_gemm", "bench_epilogue", "bench_split_k", "fusion_bytes",
+           "EpilogueBench", "KERNEL_NAMES",
            "ACTIVATION_CODES", "LEAKY_SLOPE"]
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
@@ -430,16 +431,18 @@ def fusion_bytes(M, N, dtype=torch.float16, unfused_passes=1):
 
 @dataclass
 class EpilogueBench:
-    """Times (ms, median) of one fused-epilogue problem, all measured in one run."""
+    """Times (ms, median) of one fused-epilogue problem, all measured in one run: the fused
+    kernels (names starting with "k09") and the baselines."""
     M: int
     N: int
     K: int
     dtype: torch.dtype
     activation: str | None
-    ms: dict            # name -> milliseconds (k09, torch eager, torch.compile, cuBLAS mm)
+    ms: dict            # name -> milliseconds (k09 kernels, torch eager, torch.compile, mm)
     note: str = ""
-    config: str = ""
+    config: str = ""    # k09_fused_epilogue's tile configuration
     bias: bool = True
+    configs: dict = field(default_factory=dict)   # kernel name -> its configuration
 
     def tflops(self, name):
         return 2.0 * self.M * self.N * self.K / (self.ms[name] * 1e-3) / 1e12
@@ -448,17 +451,25 @@ class EpilogueBench:
         """Speed of ``name`` relative to ``baseline`` (> 1: faster)."""
         return self.ms[baseline] / self.ms[name]
 
+    @property
+    def kernels(self):
+        """The fused kernels timed (the other entries of ``ms`` are baselines)."""
+        return [n for n in self.ms if n.startswith("k09")]
+
     def __str__(self):
         dt = str(self.dtype).replace("torch.", "")
         what = " + ".join(["bias"] * self.bias + [str(self.activation)] * bool(self.activation))
-        head = (f"GEMM + {what or 'nothing'}, {dt}, M={self.M} N={self.N} K={self.K}"
-                + (f" [{self.config}]" if self.config else ""))
+        head = f"GEMM + {what or 'nothing'}, {dt}, M={self.M} N={self.N} K={self.K}"
         if not self.ms:
             return f"{head}: not timed ({self.note})"
-        lines = [head]
+        lines = [head + (f" ({self.note})" if self.note else "")]
+        ours = self.kernels
         for name, ms in self.ms.items():
-            extra = "" if name == "k09_fused_epilogue" else \
-                f"   k09 is {self.ratio(name):.2f}x this"
+            if name in ours:
+                extra = f"   [{self.configs.get(name, '')}]"
+            else:
+                extra = "   " + ", ".join(f"{k} is {self.ratio(name, k):.2f}x this"
+                                          for k in ours)
             lines.append(f"  {name:<22} {ms:8.3f} ms  {self.tflops(name):6.1f} TFLOP/s{extra}")
         return "\n".join(lines)
 
@@ -480,17 +491,24 @@ def _torch_epilogue(activation):
 
 
 BASELINES = ("torch eager", "torch.compile", "cuBLAS mm alone")
+KERNEL_NAMES = ("k09_fused_epilogue", "k09_fused_tma")
 
 
 def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gelu", *,
-                   bias=True, baselines=BASELINES, config=None, b_layout="row", seed=0):
+                   bias=True, baselines=BASELINES, config=None, b_layout="row", seed=0,
+                   kernels=KERNEL_NAMES, tma_config=None):
     """Time the fused (bias +) activation GEMM and, in the same run, ``baselines``: torch
     eager (``addmm`` then the activation), ``torch.compile`` of the same function, and
     cuBLAS's ``mm`` alone (no epilogue at all), after checking that they agree.
-    ``b_layout="transposed"`` passes B as ``W.t()`` of an (N, K) weight, as ``nn.Linear``
-    stores it. ``config`` overrides the tile configuration. On the simulator nothing is
-    timed."""
+
+    ``kernels``: which fused kernels to time: ``k09_fused_epilogue`` (pointer loads, one
+    program per tile; ``config`` overrides its tiles) and ``k09_fused_tma`` (TMA loads,
+    persistent grid; ``tma_config``, a ``k09_fused_tma.TmaConfig``, overrides its tiles),
+    the latter only on Hopper (sm_90+) and for fp16/bf16; elsewhere it is left out and the
+    result's ``note`` says so. ``b_layout="transposed"`` passes B as ``W.t()`` of an (N, K)
+    weight, as ``nn.Linear`` stores it. On the simulator nothing is timed."""
     from .. import harness
+    from . import k09_fused_tma as tma
     cfg = config or default_config(dtype)
     res = EpilogueBench(M, N, K, dtype, activation, {}, config=str(cfg), bias=bias)
     if not engines.on_gpu():
@@ -505,15 +523,26 @@ def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gel
     else:
         b = (torch.randn(K, N, generator=gen) * (8 / K ** 0.5)).to(dtype).to(dev)
     bias_t = torch.randn(N, generator=gen).to(dtype).to(dev) if bias else None
-    out = torch.empty(1, M, N, dtype=dtype, device=dev)
     a3, b3 = a.unsqueeze(0), b.unsqueeze(0)
 
-    def ours():
-        return fused_gemm(a3, b3, None, out, 1.0, 0.0, bias_t, activation, split_k=1,
-                          config=cfg)[0]
-
     eager = _torch_epilogue(activation)
-    runs = {"k09_fused_epilogue": ours}
+    runs = {}
+    if "k09_fused_epilogue" in kernels:
+        out = torch.empty(1, M, N, dtype=dtype, device=dev)
+        runs["k09_fused_epilogue"] = lambda: fused_gemm(a3, b3, None, out, 1.0, 0.0, bias_t,
+                                                        activation, split_k=1, config=cfg)[0]
+        res.configs["k09_fused_epilogue"] = str(cfg)
+    if "k09_fused_tma" in kernels:
+        if not tma.runs_here() or dtype == torch.float32:
+            res.note = "k09_fused_tma not timed: it needs sm_90 and fp16/bf16"
+        elif not tma.will_use_tma(a3, b3):
+            res.note = "k09_fused_tma not timed: TMA cannot address these operands"
+        else:
+            tcfg = tma_config or tma.default_config()
+            out_t = torch.empty(1, M, N, dtype=dtype, device=dev)
+            runs["k09_fused_tma"] = lambda: tma.fused_gemm_tma(
+                a3, b3, None, out_t, 1.0, 0.0, bias_t, activation, config=tcfg)[0]
+            res.configs["k09_fused_tma"] = str(tcfg)
     if "torch eager" in baselines:
         runs["torch eager"] = lambda: eager(a, b, bias_t)
     if "torch.compile" in baselines:
