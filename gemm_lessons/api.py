@@ -107,7 +107,8 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None,
     * ``bias``: shape (N,), added to every row; ``activation``: None, "relu", "gelu"
       (exact, as ``torch.nn.functional.gelu``) or "leaky_relu" (slope 0.01).
     * Batched: ``a`` (B, M, K) and/or ``b`` (B, K, N); a 2-D operand or a batch of 1 is
-      broadcast with batch stride 0 (no copy). ``c`` is (M, N) or (B, M, N).
+      broadcast with batch stride 0 (no copy). ``c`` is (M, N) or (B, M, N); a 3-D ``c``
+      makes the result 3-D, with ``c``'s batch if ``a`` and ``b`` have none (as in torch).
     * Any strides, transposed views included, without hidden copies.
     Returns a new tensor, (M, N) or (B, M, N), in the inputs' dtype.
     """
@@ -136,6 +137,9 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None,
         raise ValueError(f"batch sizes differ: a has {Ba}, b has {Bb} (one may be 1 or absent "
                          "to broadcast)")
     B = max(Ba, Bb)
+    if isinstance(c, torch.Tensor) and c.dim() == 3:   # the result has c's batch, as in torch
+        batched = True
+        B = c.shape[0] if B == 1 else B
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     need = set()
     if alpha != 1.0 or beta != 0.0:

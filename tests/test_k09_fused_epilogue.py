@@ -202,6 +202,18 @@ def test_batched_with_a_broadcast_operand_is_not_copied(rec, case):
     assert strides[0] == ka.stride(0) and strides[3] == kb.stride(0) and strides[6] == 0
 
 
+@pytest.mark.parametrize("batch", [1, 2])
+def test_a_3d_c_gives_a_3d_result_like_torch(batch):
+    # 2-D a and b with a 3-D c: the result has c's shape, as torch's a @ b + c has
+    a, b, c = rand(9, 16), rand(16, 12, seed=1), rand(batch, 9, 12, seed=2)
+    out = gl.gemm(a, b, c, beta=1.0)
+    assert out.shape == torch.broadcast_shapes((9, 12), c.shape) == (batch, 9, 12)
+    for i in range(batch):
+        ref, scale = reference(a, b, c[i], 1.0, 1.0)
+        assert_close(out[i], ref, scale, torch.float16, f"batch {i}")
+    assert gl.gemm(a, b, c).shape == (batch, 9, 12)          # beta == 0: same shape
+
+
 def test_batch_of_split_k(rec):
     B, M, N, K = 2, 9, 12, 300                 # K long, output tiny: the rule splits
     a, b, bias = rand(B, M, K), rand(K, N, seed=1), rand(N, seed=3)

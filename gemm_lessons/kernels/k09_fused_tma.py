@@ -270,10 +270,11 @@ def launch(a, b, c):
 
 # ------------------------------------------------------------------------ instruments
 def asm_job(dtype=torch.float16, *, config=None, cc=(9, 0), size=4096, sms=132,
-            batched=False, b_trans=False, activation="gelu"):
+            batched=False, b_trans=False, activation="gelu", bias=True):
     """The compilation of the GPU configuration for ``cc`` (for
-    :func:`gemm_lessons.triton_asm.compile_kernels`): bias + ``activation``, contiguous
-    ``size``-cubed operands; ``batched``: 3-D descriptors; ``b_trans``: B given as W.t()."""
+    :func:`gemm_lessons.triton_asm.compile_kernels`): (``bias`` +) ``activation``,
+    contiguous ``size``-cubed operands; ``batched``: 3-D descriptors; ``b_trans``: B given
+    as W.t()."""
     cfg = config or GPU_CONFIG
     name = str(dtype).replace("torch.", "")
     lead = [1] if batched else []
@@ -286,7 +287,7 @@ def asm_job(dtype=torch.float16, *, config=None, cc=(9, 0), size=4096, sms=132,
             "stride_cb": 0, "stride_cm": 0, "stride_cn": 0, "stride_bias": 1,
             "stride_ob": size * size, "stride_om": size, "stride_on": 1,
             "alpha": 1, "beta": 0}
-    constants = {"HAS_C": False, "HAS_BIAS": True,
+    constants = {"HAS_C": False, "HAS_BIAS": bias,
                  "ACTIVATION": k09.ACTIVATION_CODES[activation],
                  "A_3D": batched, "B_3D": batched, "A_TRANS": False, "B_TRANS": b_trans,
                  "UPCAST": False, "EPILOGUE_SUBTILE": cfg.epilogue_subtile,
