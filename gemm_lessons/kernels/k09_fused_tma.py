@@ -323,5 +323,6 @@ KERNELS = [
            "k09's fused epilogue on TMA loads and a persistent grouped grid (Hopper); "
            "batched, B row-major or W.t()",
            launch=launch, gemm=gemm_tma, source=fused_tma_kernel, min_cc=(9, 0),
-           features=frozenset({"alpha_beta", "bias", "activation", "batched"})),
+           features=frozenset({"alpha_beta", "bias", "activation", "batched"}),
+           in_ladder=False),    # the ladder's TMA rung is k08_triton_tma (same K loop)
 ]
