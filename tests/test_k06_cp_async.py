@@ -46,6 +46,22 @@ def test_prefetching_fragments_across_the_barrier_is_correct(stages):
     assert harness.check(run, f"k06 PREFETCH STAGES={stages}", (torch.float16,), cases).ok
 
 
+def test_prefetch_with_four_slices_per_tile_is_correct():
+    # BK = 64: four k-slices per tile, the copies of a tile issued in three parts
+    base = dict(BM=32, BN=32, BK=64, WM=16, WN=16) if SIM else dict(k06.GPU_CONFIG, BK=64)
+    cfg = dict(base, STAGES=3, PREFETCH=True)
+    run = lambda a, b, out: k06.run(a, b, None, out, config=cfg)  # noqa: E731
+    cases = CASES + [harness.Case("long K", 24, 20, 200 if SIM else 1304)]
+    assert harness.check(run, "k06 PREFETCH BK=64", (torch.float16,), cases).ok
+
+
+def test_kernel_for_is_the_object_run_launches():
+    cfg = dict(STAGES=2)
+    assert k06.kernel_for(cfg) is k06.make_kernel(**dict(k06._config(), **cfg), bf16=False,
+                                                  wait=True)
+    assert k06.kernel_for(cfg, bf16=True) is not k06.kernel_for(cfg)
+
+
 @pytest.mark.parametrize("stages", [2, 3])
 def test_forgetting_the_wait_fails_the_check(stages):
     cfg = dict(k06.SIM_CONFIG, STAGES=stages)

@@ -43,15 +43,18 @@ K05_CONFIGS = [
     dict(BM=128, BN=128, BK=32, WM=64, WN=32),
 ]
 K06_CONFIGS = [
+    # baselines: the registered config (plain main loop) and the best of the last sweep
     dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4),
-    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=3),
-    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=2),   # double buffering
-    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, GROUP_M=1),    # no L2 grouping
-    dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=4),   # 4 warps, 2 blocks/SM
-    dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=2),   # 37 KiB: no shared-memory opt-in
-    dict(BM=128, BN=128, BK=32, WM=64, WN=32, STAGES=4, MAXREG=128),   # 8 warps, 2 blocks/SM
     dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, PREFETCH=True),  # fragments ahead
-    dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=4, PREFETCH=True),
+    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=2),   # double buffering (reference)
+    # candidates
+    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=3, PREFETCH=True),
+    dict(BM=256, BN=128, BK=32, WM=64, WN=64, STAGES=4, PREFETCH=True),  # tall block tile
+    dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=4),   # 4 warps, 2 blocks/SM
+    dict(BM=128, BN=256, BK=64, WM=64, WN=64, STAGES=3, PREFETCH=True),  # half the barriers
+    dict(BM=128, BN=256, BK=64, WM=64, WN=64, STAGES=4, PREFETCH=True),
+    dict(BM=256, BN=128, BK=64, WM=64, WN=64, STAGES=3, PREFETCH=True),
+    dict(BM=128, BN=128, BK=64, WM=64, WN=64, STAGES=3, PREFETCH=True),  # 2 blocks/SM
 ]
 
 
@@ -78,10 +81,12 @@ def runner(kind, cfg):
 
 
 def kernel_of(kind, cfg, dtype):
+    """The very kernel object the runner launches (make_kernel is cached on its exact
+    keyword arguments: another spelling builds another, never-launched object)."""
     bf16 = dtype == torch.bfloat16
     if kind == "k05":
-        return k05.make_kernel(**cfg, bf16=bf16)
-    return k06.make_kernel(**cfg, bf16=bf16)
+        return k05.make_kernel(**dict(k05._config(), **cfg), bf16=bf16, b_layout="row")
+    return k06.kernel_for(cfg, bf16)
 
 
 def resources(kernel, threads, dyn_smem):
@@ -143,26 +148,46 @@ def check_gemm():
             f" beta=0 ignores NaN C: {ok2}, alpha=0 ignores NaN A: {ok3}")
 
 
+def loop_mix(sass):
+    """Op counts in the innermost loop that holds the HMMAs (a backward branch whose body
+    has HMMA), from nvdisasm/cuobjdump text; None when there is none."""
+    ins, labels = [], {}
+    for line in sass.splitlines():
+        m = re.match(r"\s*\.?(L_x_\d+|L_\w+):", line)
+        if m:
+            labels[m.group(1)] = len(ins)
+            continue
+        m = re.search(r"/\*[0-9a-f]{4,}\*/\s+(.*?)\s*;", line)
+        if m:
+            ins.append(m.group(1))
+    best = None
+    for i, text in enumerate(ins):
+        m = re.search(r"BRA\b.*?\.?(L_x_\d+|L_\w+)", text)
+        if m and m.group(1) in labels and labels[m.group(1)] <= i:
+            body = ins[labels[m.group(1)]:i + 1]
+            if any("HMMA" in t for t in body) and (best is None or len(body) < len(best)):
+                best = body
+    if best is None:
+        return None
+    return Counter(re.sub(r"^@!?U?P\w+\s+", "", t).split()[0].split(".")[0] for t in best)
+
+
 def sass_mix(kernel):
-    """SASS op counts in the main loop (between the first DEPBAR.LE and the last HMMA)."""
+    """SASS op counts in the main loop, per HMMA (needs nvdisasm on the PATH)."""
     try:
         kern = next(iter(kernel.overloads.values()))
         sass = kern.inspect_sass()
     except Exception as exc:  # noqa: BLE001 - nvdisasm missing, or numba without it
         return f"(no SASS here: {type(exc).__name__}: {str(exc)[:120]}; run: " \
                "cuobjdump -sass on the cubin, or NUMBA_DUMP_ASSEMBLY)"
-    lines = sass.splitlines()
-    start = next((i for i, l in enumerate(lines) if "DEPBAR.LE" in l), 0)
-    end = max((i for i, l in enumerate(lines) if "HMMA" in l), default=len(lines) - 1)
-    ops = Counter()
-    for l in lines[start:end + 1]:
-        m = re.search(r"\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_]*)", l)
-        if m:
-            ops[m.group(2)] += 1
-    keep = {k: v for k, v in ops.most_common(14)}
-    key = ("HMMA", "LDSM", "LDGSTS", "BAR", "DEPBAR", "LDL", "STL")
-    return (f"main loop: {sum(ops.values())} instructions; " +
-            ", ".join(f"{k} {ops.get(k, 0)}" for k in key) + f"; top: {keep}")
+    ops = loop_mix(sass)
+    if not ops:
+        return "(no loop with HMMA found in the SASS)"
+    total, hmma = sum(ops.values()), ops.get("HMMA", 0)
+    key = ("HMMA", "LDSM", "LDGSTS", "BAR", "DEPBAR", "LDL", "STL", "BRA")
+    return (f"main loop: {total} instructions, {total / max(hmma, 1):.2f} per HMMA; " +
+            ", ".join(f"{k} {ops.get(k, 0)}" for k in key) +
+            f"; top: {dict(ops.most_common(12))}")
 
 
 def main():
@@ -235,11 +260,15 @@ def main():
             for res in time_sizes(run, name, torch.bfloat16, base):
                 rows.append((name, "bfloat16", res.M, res.tflops, res.baseline_tflops, res.ratio,
                              "", "", ""))
-                log(f"  {res}")
 
-    # 4. SASS of the registered k06 kernel
+    # 4. SASS of the registered k06 kernel and of the fastest
     log("k06 registered config SASS: " +
         sass_mix(kernel_of("k06", k06.GPU_CONFIG, torch.float16)))
+    k06_rows = [r for r in rows if r[0].startswith("k06") and r[2] == max(SIZES)]
+    if k06_rows:
+        best = max(k06_rows, key=lambda r: r[5])[0]
+        cfg = next(c for k, c in configs if name_of(k, c) == best)
+        log(f"{best} SASS: " + sass_mix(kernel_of("k06", cfg, torch.float16)))
 
     # 5. the table
     print()

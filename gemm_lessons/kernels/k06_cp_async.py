@@ -69,15 +69,19 @@ def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=
     B_ITERS = (BK * B_CPR + NT - 1) // NT
     A_EXACT = BM * A_CPR % NT == 0                       # every thread has A_ITERS chunks
     B_EXACT = BK * B_CPR % NT == 0
+    A_ROWS, B_ROWS = NT // A_CPR, NT // B_CPR            # tile rows between a thread's chunks
     WAIT = STAGES - 2                                    # groups left in flight
     LDC = WN + 4                                         # epilogue scratch row (floats)
     C_WARP = 16 * LDC                                    # scratch floats per warp
     OUT_ITERS = 16 * WN // 32                            # epilogue elements per lane
     SMEM_BYTES = max(2 * STAGES * (A_STAGE + B_STAGE), 4 * C_WARP * NT // 32)
     KSTEPS = BK // 16                                    # 16-deep k-slices per tile
+    NPARTS = KSTEPS - 1 if PREFETCH else 1               # the copies of a tile, in parts
     assert STAGES >= 2 and BK % 16 == 0 and WM % 16 == 0 and WN % 16 == 0
-    assert not PREFETCH or KSTEPS % 2 == 0, "PREFETCH needs BK a multiple of 32"
+    assert not PREFETCH or (KSTEPS % 2 == 0 and KSTEPS <= 8), \
+        "PREFETCH needs BK = 32, 64, 96 or 128"
     assert BM % WM == 0 and BN % WN == 0
+    assert NT % A_CPR == 0 and NT % B_CPR == 0, "a row of chunks wider than the block"
 
     @cuda.jit(**({"max_registers": MAXREG} if MAXREG and engines.on_gpu() else {}))
     def cp_async_gemm(A, B, C, Out, M, N, K, lda, ldb, alpha, beta):
@@ -107,54 +111,52 @@ def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=
         k_tiles = (K + BK - 1) // BK if alpha != 0 else 0  # alpha == 0: no product
         shift = k_tiles * BK - K             # tile 0 starts at k = -shift: only it is ragged
 
-        # -- the copy plan, computed once: for each 16-byte chunk this thread copies, where
-        #    it goes in a stage, where it comes from (at k = 0), and how many of its bytes
-        #    are inside A or B (0 past M, fewer than 16 at the N edge; the rest zero-filled)
-        a_dst = cuda.local.array(A_ITERS, int32)
-        a_src = cuda.local.array(A_ITERS, int64)
-        a_col = cuda.local.array(A_ITERS, int32)
-        a_nb = cuda.local.array(A_ITERS, int32)
-        for it in range(A_ITERS):
-            r, c = (tid + it * NT) // A_CPR, ((tid + it * NT) % A_CPR) * 8
-            a_dst[it], a_col[it] = r * LDA + c, c
-            a_nb[it] = 16 if bm + r < M else 0
-            a_src[it] = (bm + r if bm + r < M else 0) * lda + c
-        b_dst = cuda.local.array(B_ITERS, int32)
-        b_src = cuda.local.array(B_ITERS, int64)
-        b_row = cuda.local.array(B_ITERS, int32)
-        b_nb = cuda.local.array(B_ITERS, int32)
-        for it in range(B_ITERS):
-            r, c = (tid + it * NT) // B_CPR, ((tid + it * NT) % B_CPR) * 8
-            b_dst[it], b_row[it] = r * LDB + c, r
-            b_nb[it] = min(16, max(0, (N - bn - c) * 2))
-            b_src[it] = r * ldb + (bn + c if bn + c < N else 0)
+        # -- the copy plan, computed once. A thread's 16-byte chunks of a tile lie in one
+        #    column of chunks, A_ROWS (B_ROWS) rows apart: where the first goes in a stage
+        #    and where it comes from (at k = 0); chunk `it` is `it` steps further. Chunks
+        #    past M or N read no bytes (0 at the N edge: fewer than 16; the rest zero-filled)
+        ar, ac = tid // A_CPR, (tid % A_CPR) * 8         # first chunk of A: row, column
+        a_dst = ar * LDA + ac
+        a_src = (bm + ar) * lda + ac                     # int64: A may pass 2**31 elements
+        a_rows = M - bm - ar                             # rows of A left from the first
+        a_step = A_ROWS * lda
+        br, bc = tid // B_CPR, (tid % B_CPR) * 8         # first chunk of B: row, column
+        b_dst = br * LDB + bc
+        b_src = br * ldb + bn + bc
+        b_nb = min(16, max(0, (N - bn - bc) * 2))        # the same for all of them
+        b_step = B_ROWS * ldb
 
-        def issue(t, first):
-            # start the copies of k-tile t (k from t * BK - shift) into stage t % STAGES;
-            # only the first tile (first=True) has chunks before k = 0, copied as zeros
+        def issue(t, ws, first, part):
+            # start the copies of k-tile t (k from t * BK - shift) into stage ws; only the
+            # first tile (first=True) has chunks before k = 0, copied as zeros. The copies
+            # of a tile come in NPARTS parts (PREFETCH spreads them over the k-slices); the
+            # last part closes the tile's group
             if t < k_tiles:
                 k0 = t * BK - shift
                 kb = k0 * ldb
-                sa = (t % STAGES) * A_STAGE
-                sb = B_BASE + (t % STAGES) * B_STAGE
+                sa = ws * A_STAGE
+                sb = B_BASE + ws * B_STAGE
                 for it in range(A_ITERS):
-                    if A_EXACT or tid + it * NT < BM * A_CPR:
-                        nb, src = a_nb[it], a_src[it] + k0
-                        if first and k0 + a_col[it] < 0:
-                            nb, src = 0, 0
-                        cp_async16_zfill(smem, sa + a_dst[it], A, src, nb)
+                    if it * NPARTS // A_ITERS == part and (A_EXACT or ar + it * A_ROWS < BM):
+                        nb = 16 if it * A_ROWS < a_rows else 0
+                        if first and k0 + ac < 0:
+                            nb = 0
+                        cp_async16_zfill(smem, sa + a_dst + it * A_ROWS * LDA,
+                                         A, a_src + it * a_step + k0, nb)
                 for it in range(B_ITERS):
-                    if B_EXACT or tid + it * NT < BK * B_CPR:
-                        nb, src = b_nb[it], b_src[it] + kb
-                        if first and k0 + b_row[it] < 0:
-                            nb, src = 0, 0
-                        cp_async16_zfill(smem, sb + b_dst[it], B, src, nb)
-            cp_async_commit_group()          # one group per tile (empty past the end)
+                    if it * NPARTS // B_ITERS == part and (B_EXACT or br + it * B_ROWS < BK):
+                        nb = b_nb
+                        if first and k0 + br + it * B_ROWS < 0:
+                            nb = 0
+                        cp_async16_zfill(smem, sb + b_dst + it * B_ROWS * LDB,
+                                         B, b_src + it * b_step + kb, nb)
+            if part == NPARTS - 1:
+                cp_async_commit_group()      # one group per tile (empty past the end)
 
-        def load_fragments(slot, t, kk):
-            # this warp's FM fragments of A and FN of B, k-slice kk of tile t (its stage)
-            sa = (t % STAGES) * A_STAGE + wm * WM * LDA + kk * 16
-            sb = B_BASE + (t % STAGES) * B_STAGE + kk * 16 * LDB + wn * WN
+        def load_fragments(slot, rs, kk):
+            # this warp's FM fragments of A and FN of B, k-slice kk of the tile in stage rs
+            sa = rs * A_STAGE + wm * WM * LDA + kk * 16
+            sb = B_BASE + rs * B_STAGE + kk * 16 * LDB + wn * WN
             for i in range(FM):
                 wmma_load_a(rA[slot, i], smem, sa + i * 16 * LDA, LDA, "row")
             for j in range(FN):
@@ -165,41 +167,63 @@ def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=
                 for j in range(FN):
                     wmma_mma(acc[i, j], rA[slot, i], rB[slot, j], "row", "row")
 
-        # -- prologue: STAGES - 1 tiles in flight
-        issue(0, True)
-        for s in range(1, STAGES - 1):
-            issue(s, False)
+        # -- prologue: STAGES - 1 tiles in flight (tile s in stage s)
+        for s in range(STAGES - 1):
+            for part in range(NPARTS):
+                issue(s, int32(s), s == 0, part)
+        # the stages roll: tile t is read from stage rs (= t % STAGES) and tile
+        # t + STAGES - 1 written to stage ws (= (t - 1) % STAGES, the one tile t - 1 used);
+        # counters, not %, because % on a signed 64-bit t costs a dozen instructions
+        rs, ws = int32(0), int32(STAGES - 1)
         if not PREFETCH:
             # -- main loop
             for t in range(k_tiles):
                 if wait:                     # (False only in the broken variant)
                     cp_async_wait_group(WAIT)    # tile t has landed (this thread's copies)
-                cuda.syncthreads()           # ... everyone's; stage (t-1) is free
+                cuda.syncthreads()           # ... everyone's; stage ws (tile t-1's) is free
                 for kk in range(KSTEPS):
-                    load_fragments(0, t, kk)
+                    load_fragments(0, rs, kk)
                     if kk == 0:              # the first fragments are on their way: now
-                        issue(t + STAGES - 1, False)   # start tile t + STAGES - 1's copies
+                        issue(t + STAGES - 1, ws, False, 0)  # start tile t + STAGES - 1
                     tensor_cores(0)
+                ws, rs = rs, (rs + 1 if rs + 1 < STAGES else int32(0))
         else:
             # -- main loop with the fragments of the next k-slice loaded while the tensor
             #    cores work on this one (two sets of fragment registers, slots 0 and 1);
             #    the barrier moves to the last k-slice of a tile, whose fragments are
-            #    already in registers, so the math does not stop for it
+            #    already in registers, so the math does not stop for it. In each slice the
+            #    fragment loads come first (the next math waits for them), then a part of
+            #    the copies of tile t + STAGES - 1 (all of them before the last slice)
+            def two_slices(t, rs, ws, nxt, kk):
+                # k-slices kk (fragments in slot 0) and kk + 1 (slot 1) of tile t
+                load_fragments(1, rs, kk + 1)
+                issue(t + STAGES - 1, ws, False, kk)           # into tile t - 1's stage
+                tensor_cores(0)
+                if kk + 2 == KSTEPS:
+                    cp_async_wait_group(WAIT)    # tile t + 1 has landed
+                    cuda.syncthreads()
+                    load_fragments(0, nxt, 0)    # (unused after the last tile)
+                else:
+                    load_fragments(0, rs, kk + 2)
+                    issue(t + STAGES - 1, ws, False, kk + 1)
+                tensor_cores(1)
+
             cp_async_wait_group(WAIT)
             cuda.syncthreads()
-            load_fragments(0, 0, 0)
+            load_fragments(0, rs, 0)
             for t in range(k_tiles):
-                for kk in range(KSTEPS):
-                    if kk == 0:              # into the stage of tile t - 1 (read by now)
-                        issue(t + STAGES - 1, False)
-                    if kk == KSTEPS - 1:
-                        cp_async_wait_group(WAIT)    # tile t + 1 has landed
-                        cuda.syncthreads()
-                        if t + 1 < k_tiles:
-                            load_fragments((kk + 1) % 2, t + 1, 0)
-                    else:
-                        load_fragments((kk + 1) % 2, t, kk + 1)
-                    tensor_cores(kk % 2)
+                nxt = rs + 1 if rs + 1 < STAGES else int32(0)     # tile t + 1's stage
+                # the pairs of slices written out (BK up to 128), so that every slice index
+                # is a constant: numba leaves a loop over them rolled, and then the
+                # fragment registers would have to live in local memory
+                two_slices(t, rs, ws, nxt, 0)
+                if KSTEPS > 2:
+                    two_slices(t, rs, ws, nxt, 2)
+                if KSTEPS > 4:
+                    two_slices(t, rs, ws, nxt, 4)
+                if KSTEPS > 6:
+                    two_slices(t, rs, ws, nxt, 6)
+                ws, rs = rs, nxt
         cp_async_wait_group(0)
         cuda.syncthreads()                   # the pipeline's memory becomes the scratch
 
@@ -274,12 +298,19 @@ def _config():
     return GPU_CONFIG if engines.on_gpu() else SIM_CONFIG
 
 
+def kernel_for(config=None, bf16=False, wait=True):
+    """The kernel object ``run`` launches for ``config`` (overrides of this engine's
+    configuration): the same cached object, so its compiled overloads (registers, SASS) can
+    be read after a launch."""
+    return make_kernel(**dict(_config(), **(config or {})), bf16=bf16, wait=wait)
+
+
 def run(a, b, c, out, alpha=1.0, beta=0.0, config=None, wait=True):
     """``out = alpha * a @ b + beta * c`` with the cp.async pipeline; ``c`` may be None when
     ``beta == 0`` (never read then). ``config`` overrides the tile configuration."""
     _check_bf16(a.dtype)
     cfg = dict(_config(), **(config or {}))
-    kernel = make_kernel(**cfg, bf16=a.dtype == torch.bfloat16, wait=wait)
+    kernel = kernel_for(config, a.dtype == torch.bfloat16, wait)
     M, K = a.shape
     N = b.shape[1]
     K = (K + 7) // 8 * 8                 # the kernel's K: a multiple of 8 (zero-padded)
