@@ -132,3 +132,57 @@ def test_launcher_that_skips_the_copy_stops_on_misaligned_loads():
     case = harness.Case("ragged", 21, 24, 19, hint="K % 4 != 0")
     with pytest.raises(IndexError, match="misaligned address"):
         harness.check(no_copy, "no_copy", cases=[case])
+
+
+# ---- OVERLAP=True: the CUTLASS-style main loop (tile unrolled, barrier before the last k)
+OVERLAP_SIM = dict(BM=32, BN=32, BK=8, WM=32, WN=16, TM=4, TN=4, OVERLAP=True)
+OVERLAP_GPU = dict(BM=128, BN=256, BK=8, WM=64, WN=64, TM=16, TN=8, OVERLAP=True)
+
+
+def _run(cfg):
+    return lambda a, b, c: k04.register_tiling(a, b, c, **cfg)
+
+
+def test_overlapped_main_loop_is_correct():
+    assert harness.check(_run(OVERLAP_SIM), "k04 OVERLAP", raise_on_fail=False).ok
+
+
+def test_overlapped_main_loop_is_correct_at_bk16():
+    """One tile (K=1), two (one cut by K), three (an odd count: the loop's second half)."""
+    cases = [harness.Case("K=1", 25, 41, 1), harness.Case("ragged", 37, 45, 29),
+             harness.Case("three tiles", 32, 32, 48)]
+    rep = harness.check(_run(dict(OVERLAP_SIM, BK=16)), "k04 OVERLAP BK=16", cases=cases,
+                        raise_on_fail=False)
+    assert rep.ok, str(rep)
+
+
+def _ptx_of(cfg):
+    """PTX of a k04_register_tiling configuration for sm_90 (a child process without GPU)."""
+    import os
+    import subprocess
+    import sys
+    code = ("import sys; import gemm_lessons; from numba import cuda; "
+            "from gemm_lessons.kernels import k04_register_tiling as k04; "
+            f"k = k04.make_register_tiling(**{cfg!r}); "
+            "sys.stdout.write(cuda.compile_ptx(k.py_func, k04._SIG_VEC, cc=(9, 0), "
+            "launch_bounds=k.launch_bounds)[0])")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NUMBA_ENABLE_CUDASIM", "TRITON_INTERPRET")}
+    env["GEMM_LESSONS_ENGINE"] = "compile"
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def test_overlapped_main_loop_unrolls_without_local_memory():
+    """Every k step of both tiles of a trip unrolled (2 * BK * TM * TN FMAs), in registers
+    (no local memory, no spills), with one barrier per tile (+1 before the loop)."""
+    text = _ptx_of(OVERLAP_GPU)
+    assert "ld.local" not in text and "st.local" not in text
+    cfg = OVERLAP_GPU
+    assert _count(text, "fma.rn.f32") == 2 * cfg["BK"] * cfg["TM"] * cfg["TN"]
+    assert _count(text, "bar.sync") == 3
+    rep = compiled.ptxas_report(text, (9, 0))
+    if rep is not None:
+        assert rep["spill_stores"] == rep["spill_loads"] == rep["stack_bytes"] == 0, rep

@@ -330,12 +330,36 @@ def vectorized(a, b, c, **cfg):
 
 
 # --------------------------------------------- step 4: warp tiling, double buffering: final
+def _unrolled(step, n):
+    """A device function ``run(j, args)`` that calls ``step(j, args)``, then
+    ``step(j + 1, args)``, ... ``step(j + n - 1, args)`` (``args``: a tuple): a loop unrolled
+    while the kernel is built (numba has no "#pragma unroll"). Every call is inlined, so in
+    ``step`` the index is a constant: ``rA[j % 2, i]`` is a register, ``buf + j`` an address
+    offset, no loop counter."""
+    if n == 1:
+        return step
+    first, rest = _unrolled(step, n // 2), _unrolled(step, n - n // 2)
+    half = n // 2
+
+    @cuda.jit(device=True, inline="always")
+    def run(j, args):
+        first(j, args)
+        rest(j + half, args)
+    return run
+
+
 @lru_cache(maxsize=None)
 def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, KSTEPS=2,
-                         PIPELINE=False, MIN_BLOCKS=None):
+                         PIPELINE=False, MIN_BLOCKS=None, OVERLAP=False):
     """The finished SIMT kernel (see the module docstring). Each warp computes a WM x WN
     tile; its lanes form an (WM/TM) x (WN/TN) grid; each thread holds TM x TN accumulators,
-    as (TM/4) x (TN/4) blocks of 4 x 4 spaced a quarter-warp-tile apart."""
+    as (TM/4) x (TN/4) blocks of 4 x 4 spaced a quarter-warp-tile apart.
+
+    ``OVERLAP=True`` is the main loop of CUTLASS's SIMT GEMM: the BK steps of a tile fully
+    unrolled (KSTEPS is ignored), each step loading the next k's fragments before it
+    multiplies; the next tile is stored to the other shared buffer, and the barrier taken,
+    *before the last step*, so that step's multiply-adds hide the wait for the next tile's
+    first fragments (otherwise every warp waits for shared memory after each barrier)."""
     LM = WM // TM                     # lanes down a warp tile
     LN = WN // TN                     # lanes across it
     if LM * LN != 32:
@@ -350,8 +374,10 @@ def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, KSTEPS=
     A_ROWS, B_ROWS = NT // KQ, NT // NQ   # tile rows the whole block loads per float4 step
     if A_LOADS * NT != BM * KQ or B_LOADS * NT != BK * NQ or NT % KQ or NT % NQ:
         raise ValueError("the tiles must split evenly into float4 loads over the threads")
-    if KSTEPS not in (2, 4) or BK % KSTEPS:
+    if not OVERLAP and (KSTEPS not in (2, 4) or BK % KSTEPS):
         raise ValueError("KSTEPS (k per trip of the inner loop) is 2 or 4 and divides BK")
+    if OVERLAP and BK % 2:
+        raise ValueError("OVERLAP alternates two fragment sets over the k steps: BK is even")
     PAD = 4                           # sA rows padded: conflict-free transposed stores
     SA = (2 * BK, BM + PAD)           # two buffers: rows 0..BK-1 and BK..2BK-1
     SB = (2 * BK, BN)
@@ -453,6 +479,37 @@ def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, KSTEPS=
                     outer_product(rA, rB, 1, acc)
             k += KSTEPS
 
+    # ---- OVERLAP: a tile is BK - 1 calls of k_step(j), j a constant (see _unrolled), then
+    # the last step, in overlapped_tile. Every step loads the next k's fragments into one
+    # set of registers while it multiplies the other set (set j % 2 holds step j's).
+    @cuda.jit(device=True, inline="always")
+    def k_step(j, frag):
+        """Step j (< BK - 1) of the tile whose shared buffer starts at row ``buf``."""
+        sA, sB, buf, am, bn, rA, rB, acc = frag
+        load_fragments(sA, sB, buf + j + 1, am, bn, rA, rB, (j + 1) % 2)
+        outer_product(rA, rB, j % 2, acc)
+
+    first_steps = _unrolled(k_step, BK - 1)
+
+    @cuda.jit(device=True, inline="always")
+    def overlapped_tile(A, B, sA, sB, buf, k0, ix, rowsA, colB, am, bn, gA, gB, rA, rB, acc):
+        """The BK-deep tile at k0, in shared buffer ``buf`` (its first fragments loaded).
+        Before the last step: the next tile (in registers since the previous tile) goes to
+        the other buffer, the barrier, and the one after it starts loading from global memory;
+        the last step's multiply-adds then hide the next tile's first fragment loads."""
+        first_steps(0, (sA, sB, buf, am, bn, rA, rB, acc))
+        K = B.shape[0]
+        ar, ac, br, bc = ix[0], ix[1], ix[2], ix[3]
+        if k0 + BK < K:                          # there is a next tile (k0 + BK)
+            store_tile(sA, sB, BK - buf, ar, ac, br, bc, gA, gB)
+            if k0 + 3 * BK <= K:                 # and one after it: start loading that
+                load_tile(A, B, k0 + 2 * BK, rowsA, ac, br, colB, gA, gB, False)
+            elif k0 + 2 * BK < K:
+                load_tile(A, B, k0 + 2 * BK, rowsA, ac, br, colB, gA, gB, True)
+            cuda.syncthreads()                   # the one barrier per tile
+            load_fragments(sA, sB, BK - buf, am, bn, rA, rB, BK % 2)
+        outer_product(rA, rB, (BK - 1) % 2, acc)
+
     # launch bounds: at most 65536 / (NT * MIN_BLOCKS) registers per thread
     @cuda.jit(**launch_bounds(NT, MIN_BLOCKS))
     def register_tiling(A, B, C, vec_c):
@@ -487,11 +544,28 @@ def make_register_tiling(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8, KSTEPS=
         colB = min(n0 + ix[3], B.shape[1] - 4)
         load_tile(A, B, 0, rowsA, ix[1], ix[2], colB, gA, gB, True)
         k0 = 0
-        while k0 < K:             # two tiles per trip: buffers 0 and BK, both constants
-            tile(A, B, sA, sB, 0, k0, ix, rowsA, colB, am, bn, gA, gB, rA, rB, acc)
-            if k0 + BK < K:
-                tile(A, B, sA, sB, BK, k0 + BK, ix, rowsA, colB, am, bn, gA, gB, rA, rB, acc)
-            k0 += 2 * BK
+        if OVERLAP:               # the first tile in buffer 0, the second on its way,
+            store_tile(sA, sB, 0, ix[0], ix[1], ix[2], ix[3], gA, gB)   # fragments of k = 0
+            if 2 * BK <= K:
+                load_tile(A, B, BK, rowsA, ix[1], ix[2], colB, gA, gB, False)
+            elif BK < K:
+                load_tile(A, B, BK, rowsA, ix[1], ix[2], colB, gA, gB, True)
+            cuda.syncthreads()
+            load_fragments(sA, sB, 0, am, bn, rA, rB, 0)
+            while k0 < K:         # two tiles per trip: buffers 0 and BK, both constants
+                overlapped_tile(A, B, sA, sB, 0, k0, ix, rowsA, colB, am, bn, gA, gB, rA, rB,
+                                acc)
+                if k0 + BK < K:
+                    overlapped_tile(A, B, sA, sB, BK, k0 + BK, ix, rowsA, colB, am, bn, gA, gB,
+                                    rA, rB, acc)
+                k0 += 2 * BK
+        else:
+            while k0 < K:         # two tiles per trip: buffers 0 and BK, both constants
+                tile(A, B, sA, sB, 0, k0, ix, rowsA, colB, am, bn, gA, gB, rA, rB, acc)
+                if k0 + BK < K:
+                    tile(A, B, sA, sB, BK, k0 + BK, ix, rowsA, colB, am, bn, gA, gB, rA, rB,
+                         acc)
+                k0 += 2 * BK
         # C = acc. Row i of the thread tile is row i % 4 of its (i // 4)-th 4 x 4 block.
         if vec_c and m0 + BM <= M and n0 + BN <= N:
             for i in range(TM):   # a block inside C: 128-bit stores, no masks
