@@ -211,4 +211,8 @@ def main(argv=None):
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:          # `python -m gemm_lessons info | head`: the reader left
+        sys.stderr.close()
+        sys.exit(0)
