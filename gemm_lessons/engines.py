@@ -121,6 +121,9 @@ def _apply(eng: Engine):
             os.environ.pop("TRITON_INTERPRET")
     _ENGINE = eng
     _quiet()
+    if want_sim:
+        from . import sim_scheduler
+        sim_scheduler.install()
     return eng
 
 
