@@ -104,7 +104,7 @@ def cmd_ladder(args):
         dts = e.dtypes if args.all_dtypes else e.dtypes[:1]
         jobs.append((e, dts))
     total = sum(1 + len(dts) * len(sizes) for _, dts in jobs)
-    results, failures, baselines = [], [], {}
+    results, failures = [], []
     with tqdm(total=total, desc="ladder", disable=args.quiet) as bar:
         for e, dts in jobs:
             bar.set_postfix_str(f"check {e.name}")
@@ -124,19 +124,12 @@ def cmd_ladder(args):
                 for n in sizes:
                     bar.set_postfix_str(f"{e.name} {str(dt).replace('torch.', '')} {n}")
                     try:
-                        r = gl.bench(e.name, n, dtype=dt, baseline=False)
+                        r = gl.bench(e.name, n, dtype=dt)   # cuBLAS timed beside it
                     except Exception as err:
                         failures.append(f"{e.name}: timing at {n} failed: "
                                         f"{type(err).__name__}: {str(err)[:500]}")
                         bar.update(1)
                         continue
-                    key = (dt, n)
-                    if key not in baselines:
-                        a, b = harness.make_operands(n, n, n, dt)
-                        out = torch.empty(n, n, dtype=dt, device=a.device)
-                        baselines[key] = harness.time_cuda(lambda: harness.cublas_matmul(a, b, out))
-                        del a, b, out
-                    r.baseline_ms = baselines[key]
                     results.append((e.lesson, r))
                     tqdm.write(str(r))
                     bar.update(1)

@@ -17,6 +17,7 @@ from . import engines as _backend
 
 __all__ = ["TOLERANCE", "Case", "shape_suite", "make_operands", "reference", "compare",
            "CheckError", "CheckReport", "check", "BenchResult", "bench", "time_cuda",
+           "time_cuda_pair",
            "cublas_matmul", "tflops"]
 
 # Relative error ||C - ref|| / ||ref|| allowed per input dtype, and the per-element bound
@@ -223,6 +224,27 @@ def tflops(M, N, K, ms):
     return 2.0 * M * N * K / (ms * 1e-3) / 1e12
 
 
+def _batch_size(fn, min_batch_ms):
+    """Calls per timed batch so that one batch lasts about ``min_batch_ms``."""
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    fn()
+    end.record()
+    end.synchronize()
+    one = max(start.elapsed_time(end), 1e-3)
+    return max(1, min(1000, int(min_batch_ms / one)))
+
+
+def _time_batch(fn, inner):
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(inner):
+        fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / inner
+
+
 def time_cuda(fn, *, min_batch_ms=20.0, batches=15, warmup=2):
     """Median milliseconds per call of ``fn()``, timed with CUDA events.
 
@@ -230,25 +252,27 @@ def time_cuda(fn, *, min_batch_ms=20.0, batches=15, warmup=2):
     cost overlaps the GPU's work, as in a real program), after ``warmup`` calls that keep
     compilation and autotuning out of the numbers.
     """
-    for _ in range(warmup):
-        fn()
+    return time_cuda_pair(fn, None, min_batch_ms=min_batch_ms, batches=batches,
+                          warmup=warmup)[0]
+
+
+def time_cuda_pair(fn, ref, *, min_batch_ms=20.0, batches=15, warmup=2):
+    """Median milliseconds per call of ``fn()`` and of ``ref()`` (or None), their batches
+    *interleaved*: fn, ref, fn, ref, ... A GPU's clock drifts with its temperature over a
+    run; timing the two side by side gives both the same conditions, so their ratio is fair
+    (timing all of one and then all of the other lets the drift pass for a speed-up)."""
+    fns = [f for f in (fn, ref) if f is not None]
+    for f in fns:
+        for _ in range(warmup):
+            f()
     torch.cuda.synchronize()
-    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-    start.record()
-    fn()
-    end.record()
-    end.synchronize()
-    one = max(start.elapsed_time(end), 1e-3)
-    inner = max(1, min(1000, int(min_batch_ms / one)))
-    per_call = []
+    inner = [_batch_size(f, min_batch_ms) for f in fns]
+    per_call = [[] for _ in fns]
     for _ in range(batches):
-        start.record()
-        for _ in range(inner):
-            fn()
-        end.record()
-        end.synchronize()
-        per_call.append(start.elapsed_time(end) / inner)
-    return statistics.median(per_call)
+        for i, f in enumerate(fns):
+            per_call[i].append(_time_batch(f, inner[i]))
+    med = [statistics.median(p) for p in per_call]
+    return (med[0], med[1] if ref is not None else None)
 
 
 class _fp32_ieee:
@@ -320,8 +344,7 @@ def bench(run, name, M, N=None, K=None, dtype=torch.float32, *, seed=0, baseline
         return res
     a, b = make_operands(M, N, K, dtype, seed=seed)
     out = torch.empty(M, N, dtype=dtype, device=a.device)
-    res.ms = time_cuda(lambda: run(a, b, out))
-    if baseline:
-        ref_out = torch.empty_like(out)
-        res.baseline_ms = time_cuda(lambda: cublas_matmul(a, b, ref_out))
+    ref_out = torch.empty_like(out)
+    res.ms, res.baseline_ms = time_cuda_pair(
+        lambda: run(a, b, out), (lambda: cublas_matmul(a, b, ref_out)) if baseline else None)
     return res
