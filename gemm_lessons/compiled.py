@@ -38,6 +38,8 @@ def _compile_here(name, cc):
         raise ValueError(f"{name} is a {entry.language} kernel: it has no numba PTX "
                          "(Triton kernels show theirs through kernel.asm on a GPU)")
     fn, sig, *options = entry.ptx(cc)   # options: compile_ptx keywords, e.g. launch_bounds
+    if len(cc) == 2 and cc >= (9, 0):
+        cc = cc + ("a",)    # as numba compiles for a 9.x GPU: sm_90a (wgmma and friends)
     text, _ = cuda.compile_ptx(fn, sig, cc=cc, **(options[0] if options else {}))
     return text
 
@@ -85,7 +87,9 @@ def ptxas_report(ptx_text, cc=(8, 0)):
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / "k.ptx"
         src.write_text(ptx_text)
-        proc = subprocess.run([exe, "-v", f"-arch=sm_{cc[0]}{cc[1]}", str(src), "-o",
+        target = re.search(r"^\.target\s+(sm_\w+)", ptx_text, re.M)
+        arch = target.group(1) if target else f"sm_{cc[0]}{cc[1]}"
+        proc = subprocess.run([exe, "-v", f"-arch={arch}", str(src), "-o",
                                str(Path(d) / "k.cubin")], capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"ptxas failed: {proc.stderr.strip()[-2000:]}")

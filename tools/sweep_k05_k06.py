@@ -1,4 +1,5 @@
-"""Lessons 05-06 on a GPU: check, then time, the WMMA and cp.async kernels against cuBLAS.
+"""Lessons 05-06 on a GPU: check, then time, the WMMA, cp.async and wgmma kernels against
+cuBLAS.
 
     python tools/sweep_k05_k06.py              # checks, every config, table (~3 min)
     python tools/sweep_k05_k06.py --quick      # the registered configs only
@@ -34,6 +35,7 @@ import torch  # noqa: E402
 from gemm_lessons import harness  # noqa: E402
 from gemm_lessons.kernels import k05_wmma as k05  # noqa: E402
 from gemm_lessons.kernels import k06_cp_async as k06  # noqa: E402
+from gemm_lessons.kernels import k06_wgmma as k06w  # noqa: E402
 
 T0 = time.time()
 SIZES = (4096, 8192)
@@ -56,6 +58,14 @@ K06_CONFIGS = [
     dict(BM=256, BN=128, BK=64, WM=64, WN=64, STAGES=3, PREFETCH=True),
     dict(BM=128, BN=128, BK=64, WM=64, WN=64, STAGES=3, PREFETCH=True),  # 2 blocks/SM
 ]
+# k06_wgmma (Hopper): BM = 64 per warpgroup, BN = the N of each wgmma, BK = 64
+WGMMA_CONFIGS = [
+    dict(BM=128, BN=128, STAGES=4),
+    dict(BM=128, BN=128, STAGES=3),      # 96 KiB: 2 blocks per SM
+    dict(BM=256, BN=128, STAGES=4),      # 4 warpgroups
+    dict(BM=128, BN=256, STAGES=3),
+    dict(BM=64, BN=256, STAGES=4),       # 1 warpgroup: 2 blocks per SM by registers
+]
 
 
 def log(msg):
@@ -67,6 +77,8 @@ def dt(d):
 
 
 def name_of(kind, c):
+    if kind == "k06w":
+        return f"k06w {c['BM']}x{c['BN']}x64/s{c['STAGES']}"
     s = f"{kind} {c['BM']}x{c['BN']}x{c['BK']}/{c['WM']}x{c['WN']}"
     s += f"/s{c['STAGES']}" if "STAGES" in c else ""
     s += f"/g{c['GROUP_M']}" if "GROUP_M" in c else ""
@@ -77,6 +89,8 @@ def name_of(kind, c):
 def runner(kind, cfg):
     if kind == "k05":
         return lambda a, b, out: k05.wmma(a, b, out, config=cfg)
+    if kind == "k06w":
+        return lambda a, b, out: k06w.run(a, b, None, out, config=cfg)
     return lambda a, b, out: k06.run(a, b, None, out, config=cfg)
 
 
@@ -86,6 +100,8 @@ def kernel_of(kind, cfg, dtype):
     bf16 = dtype == torch.bfloat16
     if kind == "k05":
         return k05.make_kernel(**dict(k05._config(), **cfg), bf16=bf16, b_layout="row")
+    if kind == "k06w":
+        return k06w.kernel_for(cfg, bf16)
     return k06.kernel_for(cfg, bf16)
 
 
@@ -109,14 +125,11 @@ def resources(kernel, threads, dyn_smem):
     return regs, smem, blocks, 100.0 * blocks * threads / 2048
 
 
-def time_sizes(run, name, dtype, base):
-    """Time ``run`` at every size in SIZES; cuBLAS is timed once per (size, dtype) and
-    kept in ``base`` for the following configs. Yields the BenchResults."""
+def time_sizes(run, name, dtype):
+    """Time ``run`` at every size in SIZES, cuBLAS beside it (batches interleaved). Yields
+    the BenchResults."""
     for n in SIZES:
-        res = harness.bench(run, name, n, dtype=dtype, baseline=(n, dtype) not in base)
-        if res.baseline_ms is None:
-            res.baseline_ms = base[(n, dtype)]
-        base[(n, dtype)] = res.baseline_ms
+        res = harness.bench(run, name, n, dtype=dtype)
         log(f"  {res}")
         yield res
 
@@ -129,22 +142,22 @@ def quick_check(run, name, dtype):
     return rep.ok, str(rep)
 
 
-def check_gemm():
+def check_gemm(kernel):
     M, N, K = 777, 515, 333
     for dtype in (torch.float16, torch.bfloat16):
         a, b = harness.make_operands(M, N, K, dtype, seed=1)
         c = torch.randn(M, N, device="cuda").to(dtype)
-        out = gl.gemm(a, b, c, alpha=0.5, beta=-2.0, kernel="k06_cp_async")
+        out = gl.gemm(a, b, c, alpha=0.5, beta=-2.0, kernel=kernel)
         ref = 0.5 * harness.reference(a, b) - 2.0 * c.double()
         err = ((out.double() - ref).norm() / ref.norm()).item()
         ok1 = err < 1e-2
         c_nan = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
-        out = gl.gemm(a, b, c_nan, alpha=1.0, beta=0.0, kernel="k06_cp_async")
+        out = gl.gemm(a, b, c_nan, alpha=1.0, beta=0.0, kernel=kernel)
         ok2 = bool(torch.isfinite(out).all())
         a_nan = torch.full_like(a, float("nan"))
-        out = gl.gemm(a_nan, b, c, alpha=0.0, beta=1.0, kernel="k06_cp_async")
+        out = gl.gemm(a_nan, b, c, alpha=0.0, beta=1.0, kernel=kernel)
         ok3 = bool(torch.equal(out, c))
-        log(f"gl.gemm k06 {dt(dtype)}: alpha/beta rel err {err:.1e} ({'ok' if ok1 else 'BAD'}),"
+        log(f"gl.gemm {kernel} {dt(dtype)}: alpha/beta rel err {err:.1e} ({'ok' if ok1 else 'BAD'}),"
             f" beta=0 ignores NaN C: {ok2}, alpha=0 ignores NaN A: {ok3}")
 
 
@@ -165,7 +178,7 @@ def loop_mix(sass):
         m = re.search(r"BRA\b.*?\.?(L_x_\d+|L_\w+)", text)
         if m and m.group(1) in labels and labels[m.group(1)] <= i:
             body = ins[labels[m.group(1)]:i + 1]
-            if any("HMMA" in t for t in body) and (best is None or len(body) < len(best)):
+            if any("MMA" in t for t in body) and (best is None or len(body) < len(best)):
                 best = body
     if best is None:
         return None
@@ -183,8 +196,9 @@ def sass_mix(kernel):
     ops = loop_mix(sass)
     if not ops:
         return "(no loop with HMMA found in the SASS)"
-    total, hmma = sum(ops.values()), ops.get("HMMA", 0)
-    key = ("HMMA", "LDSM", "LDGSTS", "BAR", "DEPBAR", "LDL", "STL", "BRA")
+    hmma = ops.get("HMMA", 0) or ops.get("HGMMA", 0)
+    total = sum(ops.values())
+    key = ("HMMA", "HGMMA", "LDSM", "LDGSTS", "BAR", "DEPBAR", "LDL", "STL", "BRA")
     return (f"main loop: {total} instructions, {total / max(hmma, 1):.2f} per HMMA; " +
             ", ".join(f"{k} {ops.get(k, 0)}" for k in key) +
             f"; top: {dict(ops.most_common(12))}")
@@ -204,26 +218,27 @@ def main():
         f"numba-cuda {numba_cuda}, CUDA {torch.version.cuda}")
 
     # 1. the registered kernels on the shape suite, and the BLAS epilogue
-    for name in ("k05_wmma", "k06_cp_async"):
+    for name in ("k05_wmma", "k06_cp_async", "k06_wgmma"):
         t = time.time()
         try:
             log(f"{gl.check(name)}  ({time.time() - t:.0f} s with compilation)")
         except Exception as exc:  # noqa: BLE001 - report and go on
             log(f"{name}: CHECK FAILED: {type(exc).__name__}: {str(exc)[:1500]}")
-    try:
-        check_gemm()
-    except Exception as exc:  # noqa: BLE001
-        log(f"gl.gemm k06: FAILED: {type(exc).__name__}: {str(exc)[:800]}")
+    for name in ("k06_cp_async", "k06_wgmma"):
+        try:
+            check_gemm(name)
+        except Exception as exc:  # noqa: BLE001
+            log(f"gl.gemm {name}: FAILED: {type(exc).__name__}: {str(exc)[:800]}")
 
     # 2. every configuration: check, resources, time
-    configs = [("k05", k05.GPU_CONFIG), ("k06", k06.GPU_CONFIG)]
+    configs = [("k05", k05.GPU_CONFIG), ("k06", k06.GPU_CONFIG), ("k06w", k06w.GPU_CONFIG)]
     if not args.quick:
         configs += [("k05", c) for c in K05_CONFIGS if c != k05.GPU_CONFIG]
         configs += [("k06", c) for c in K06_CONFIGS if c != k06.GPU_CONFIG]
+        configs += [("k06w", c) for c in WGMMA_CONFIGS if c != k06w.GPU_CONFIG]
     if args.only:
         configs = [(k, c) for k, c in configs if args.only in name_of(k, c)]
     rows = []
-    base = {}
     for kind, cfg in configs:
         name = name_of(kind, cfg)
         run = runner(kind, cfg)
@@ -234,13 +249,13 @@ def main():
             log(f"{name}: FAILED to run: {type(exc).__name__}: {str(exc)[:600]}")
             continue
         kernel = kernel_of(kind, cfg, torch.float16)
-        dyn = getattr(kernel, "smem_bytes", 0) if kind == "k06" else 0
+        dyn = getattr(kernel, "smem_bytes", 0) if kind != "k05" else 0
         regs, smem, blocks, occ = resources(kernel, kernel.threads, dyn)
         log(f"{name}: {msg} ({time.time() - t:.0f} s); {regs} registers, {smem} B shared, "
             f"{blocks} block(s)/SM, occupancy {occ:.0f}%")
         if not ok:
             continue
-        for res in time_sizes(run, name, torch.float16, base):
+        for res in time_sizes(run, name, torch.float16):
             rows.append((name, "float16", res.M, res.tflops, res.baseline_tflops, res.ratio,
                          regs, smem, blocks))
 
@@ -250,25 +265,28 @@ def main():
         best = max(k06_rows, key=lambda r: r[5])[0] if k06_rows else None
         for kind, cfg in configs:
             name = name_of(kind, cfg)
-            if name not in (best, name_of("k06", k06.GPU_CONFIG), name_of("k05", k05.GPU_CONFIG)):
+            if name not in (best, name_of("k06", k06.GPU_CONFIG), name_of("k05", k05.GPU_CONFIG),
+                            name_of("k06w", k06w.GPU_CONFIG)):
                 continue
             run = runner(kind, cfg)
             ok, msg = quick_check(run, name, torch.bfloat16)
             log(f"{name} bf16: {msg}")
             if not ok:
                 continue
-            for res in time_sizes(run, name, torch.bfloat16, base):
+            for res in time_sizes(run, name, torch.bfloat16):
                 rows.append((name, "bfloat16", res.M, res.tflops, res.baseline_tflops, res.ratio,
                              "", "", ""))
 
     # 4. SASS of the registered k06 kernel and of the fastest
     log("k06 registered config SASS: " +
         sass_mix(kernel_of("k06", k06.GPU_CONFIG, torch.float16)))
+    log("k06_wgmma registered config SASS: " +
+        sass_mix(kernel_of("k06w", k06w.GPU_CONFIG, torch.float16)))
     k06_rows = [r for r in rows if r[0].startswith("k06") and r[2] == max(SIZES)]
     if k06_rows:
         best = max(k06_rows, key=lambda r: r[5])[0]
-        cfg = next(c for k, c in configs if name_of(k, c) == best)
-        log(f"{best} SASS: " + sass_mix(kernel_of("k06", cfg, torch.float16)))
+        kind, cfg = next((k, c) for k, c in configs if name_of(k, c) == best)
+        log(f"{best} SASS: " + sass_mix(kernel_of(kind, cfg, torch.float16)))
 
     # 5. the table
     print()
