@@ -191,6 +191,10 @@ def numba_support():
 
 
 # ---------------------------------------------------------------- torch -> numba, one place
+_VIEWS: "OrderedDict" = None
+_STREAMS: dict = {}
+
+
 def as_numba(t):
     """A zero-copy numba view of the torch tensor ``t`` on the current engine.
 
@@ -198,13 +202,31 @@ def as_numba(t):
     strides kept. In the simulator: a simulated device array over ``t.numpy()``, strides
     kept, writes land in ``t``. bfloat16, which numba has no type for, is passed as its raw
     16 bits (``int16``); kernels that take bf16 decode it.
+
+    On a GPU the views are cached by (address, shape, strides, dtype): building one costs
+    tens of microseconds of Python, as much as a small kernel runs. A view holds no
+    reference to its tensor (it is an address and a shape), so the cache keeps no memory
+    alive, and a view of the same address and shape is the same view whichever tensor owns
+    the memory now.
     """
     import torch
     if t.dtype == torch.bfloat16:
         t = t.view(torch.int16)
     if on_gpu():
-        from numba import cuda
-        return cuda.as_cuda_array(t.detach(), sync=False)
+        global _VIEWS
+        if _VIEWS is None:
+            from collections import OrderedDict
+            _VIEWS = OrderedDict()
+        key = (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device.index)
+        view = _VIEWS.get(key)
+        if view is None:
+            from numba import cuda
+            desc = t.detach().__cuda_array_interface__
+            view = cuda.from_cuda_array_interface(desc, owner=None, sync=False)
+            _VIEWS[key] = view
+            if len(_VIEWS) > 256:
+                _VIEWS.popitem(last=False)
+        return view
     from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
     return FakeCUDAArray(t.detach().numpy())
 
@@ -215,5 +237,9 @@ def numba_stream():
     from numba import cuda
     if on_gpu():
         import torch
-        return cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+        handle = torch.cuda.current_stream().cuda_stream
+        stream = _STREAMS.get(handle)
+        if stream is None:
+            stream = _STREAMS[handle] = cuda.external_stream(handle)
+        return stream
     return 0

@@ -273,15 +273,23 @@ def _rows16(t, rows, cols):
 _SMEM_SET = set()
 
 
+def _arg_key(a):
+    dt = getattr(a, "dtype", None)
+    if dt is None:
+        return type(a)
+    return (str(dt), a.ndim, a.is_c_contiguous(), a.is_f_contiguous())
+
+
 def _allow_smem(kernel, args, nbytes):
     """Large pipelines need more than the 48 KiB of shared memory a kernel gets by default:
-    raise the kernel's limit (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES)."""
+    raise the kernel's limit (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES), once per
+    compiled version (the check costs no typing of the arguments after the first call)."""
     if nbytes <= 48 * 1024 or not engines.on_gpu():
         return
-    compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
-    key = id(compiled)
+    key = (id(kernel), nbytes, tuple(_arg_key(a) for a in args))
     if key in _SMEM_SET:
         return
+    compiled = kernel.compile(tuple(kernel.typeof_pyval(a) for a in args))
     from numba.cuda.cudadrv.driver import binding, driver
     fn = compiled._codelibrary.get_cufunc()
     attr = binding.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
