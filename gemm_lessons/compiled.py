@@ -76,9 +76,10 @@ def find_ptxas():
     return None
 
 
-def ptxas_report(ptx_text, cc=(8, 0)):
+def ptxas_report(ptx_text, cc=(8, 0), warnings=False):
     """{'registers', 'spill_stores', 'spill_loads', 'smem_bytes', 'stack_bytes'} from
-    ``ptxas -v`` on ``ptx_text``; None where ptxas is not installed."""
+    ``ptxas -v`` on ``ptx_text``, plus 'warnings' (ptxas's own, such as wgmma instructions it
+    had to serialize) when asked; None where ptxas is not installed."""
     exe = find_ptxas()
     if exe is None:
         return None
@@ -98,11 +99,16 @@ def ptxas_report(ptx_text, cc=(8, 0)):
     def num(pattern):
         m = re.search(pattern, log)
         return int(m.group(1)) if m else 0
-    return {"registers": num(r"Used (\d+) registers"),
-            "spill_stores": num(r"(\d+) bytes spill stores"),
-            "spill_loads": num(r"(\d+) bytes spill loads"),
-            "stack_bytes": num(r"(\d+) bytes stack frame"),
-            "smem_bytes": num(r"(\d+) bytes smem")}
+    rep = {"registers": num(r"Used (\d+) registers"),
+           "spill_stores": num(r"(\d+) bytes spill stores"),
+           "spill_loads": num(r"(\d+) bytes spill loads"),
+           "stack_bytes": num(r"(\d+) bytes stack frame"),
+           "smem_bytes": num(r"(\d+) bytes smem")}
+    if warnings:
+        rep["warnings"] = [ln.split(": ", 1)[-1].split(" in the function")[0].strip()
+                           for ln in log.splitlines()
+                           if "warning" in ln.lower() or "Performance Loss" in ln]
+    return rep
 
 
 if __name__ == "__main__":

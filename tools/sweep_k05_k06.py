@@ -64,7 +64,7 @@ WGMMA_CONFIGS = [
     dict(BM=128, BN=128, STAGES=3),      # 96 KiB: 2 blocks per SM
     dict(BM=256, BN=128, STAGES=4),      # 4 warpgroups
     dict(BM=128, BN=256, STAGES=3),
-    dict(BM=64, BN=256, STAGES=4),       # 1 warpgroup: 2 blocks per SM by registers
+    dict(BM=64, BN=128, STAGES=4),       # 1 warpgroup, 2 blocks per SM
 ]
 
 

@@ -274,10 +274,10 @@ _SMEM_SET = set()
 
 
 def _arg_key(a):
-    dt = getattr(a, "dtype", None)
-    if dt is None:
-        return type(a)
-    return (str(dt), a.ndim, a.is_c_contiguous(), a.is_f_contiguous())
+    """What numba's type of a launch argument depends on, read without typing it."""
+    if hasattr(a, "is_c_contiguous"):                  # a device array
+        return (str(a.dtype), a.ndim, a.is_c_contiguous(), a.is_f_contiguous())
+    return type(a)                                     # a scalar
 
 
 def _allow_smem(kernel, args, nbytes):

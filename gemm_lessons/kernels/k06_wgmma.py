@@ -70,7 +70,9 @@ def make_kernel(BM=128, BN=256, STAGES=4, bf16=False, GROUP_M=GROUP_M):
     LDC = BN + 4                                    # epilogue scratch row (floats)
     OUT_ITERS = BM * BN // NT                       # output elements per thread
     SMEM_BYTES = max(STAGES * STAGE * 2, BM * LDC * 4)
-    assert A_ROWS % 8 == 0 and B_ROWS % 8 == 0 and A_ITERS * NT == BM * 8
+    if B_ROWS % 8 or B_ITERS * NT != BK * B_CPR:
+        raise ValueError(f"BN={BN} with {NT} threads: each thread's B chunks must lie a "
+                         "multiple of 8 rows apart (one swizzle for all of them)")
 
     @cuda.jit(device=True, inline="always")
     def issue(A, B, smem, t, shift, k_tiles, a_dst, a_src, a_rows, a_k, b_dst, b_src,
