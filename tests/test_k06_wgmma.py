@@ -41,6 +41,16 @@ def test_other_tiles_and_depths_are_correct(cfg):
     assert harness.check(run, f"k06_wgmma {cfg}", (torch.float16,), cases).ok
 
 
+def test_the_checkpoint_prints_the_same_line_on_any_machine():
+    # on an Ampere GPU, check_anywhere runs the check in a simulator child process
+    want = "k06_wgmma: correct on 9 shapes (bfloat16, float16)"
+    if HOPPER:
+        assert gl.check_anywhere(NAME) == want
+    else:
+        from gemm_lessons import api
+        assert api._check_in_child(NAME) == want
+
+
 @needs_hopper
 def test_gemm_alpha_beta_follow_blas():
     M, N, K = (70, 66, 90) if SIM else (600, 520, 330)

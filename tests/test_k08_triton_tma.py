@@ -106,4 +106,6 @@ def test_the_tile_order_is_lesson_07s_and_no_block_pointers():
                     reason="on a GPU this machine's Triton interpreter may differ; Hopper never uses it")
 def test_the_checkpoint_runs_in_a_child_interpreter_on_gpus_without_tma():
     # what an A100 prints for lesson 08's checkpoint: the same check, on the interpreter
-    assert k08t._check_in_interpreter() == "k08_triton_tma: correct on 9 shapes (bfloat16, float16)"
+    from gemm_lessons import api
+    assert api._check_in_child("k08_triton_tma") == \
+        "k08_triton_tma: correct on 9 shapes (bfloat16, float16)"

@@ -37,9 +37,6 @@ is wrong).
 """
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 from functools import lru_cache
 
 import torch
@@ -175,25 +172,10 @@ def asm_job(dtype=torch.float16, *, config=None, cc=(9, 0), size=4096, sms=132):
 
 
 def check_anywhere(name="k08_triton_tma"):
-    """The line ``gl.check(name)`` prints, on any machine: here on Hopper or on
-    the interpreter; on an older GPU (no TMA), the same check in a child process running
-    Triton's interpreter, so a lesson prints the same checkpoint everywhere. ``name``: any
-    registered sm_90 kernel (lesson 09's k09_fused_tma uses this too)."""
+    """The line ``gl.check(name)`` prints, on any machine (:func:`gemm_lessons.check_anywhere`:
+    on a GPU without TMA, in a child process on Triton's interpreter)."""
     from .. import api
-    eng = engines.engine()
-    if eng.kind != "cuda" or tuple(eng.capability) >= (9, 0):
-        return str(api.check(name))
-    return _check_in_interpreter(name)
-
-
-def _check_in_interpreter(name="k08_triton_tma"):
-    env = dict(os.environ, GEMM_LESSONS_ENGINE="simulator")
-    code = f"import gemm_lessons as gl\nprint(gl.check({name!r}))\n"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"checking {name} on the interpreter failed:\n"
-                           + proc.stderr[-3000:])
-    return proc.stdout.strip()
+    return api.check_anywhere(name)
 
 
 KERNELS = [
