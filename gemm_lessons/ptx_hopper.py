@@ -16,11 +16,12 @@ The shared-memory layouts wgmma reads are fixed by the hardware. This module use
 
 * a *swizzle atom* is 8 rows of 128 bytes (64 fp16) = 1024 bytes, starting 1024-byte
   aligned; within it, the 16-byte chunk ``c`` of row ``r`` is stored at chunk ``c ^ r``
-  (:func:`swizzle128` on byte offsets). Eight rows that a tensor core reads together then
-  fall in eight different groups of banks: no bank conflicts, no padding.
+  (:func:`swizzle128` on byte offsets in a kernel, :func:`swizzled_offset` on the host).
+  Eight rows that a tensor core reads together then fall in eight different groups of
+  banks: no bank conflicts, no padding.
 * **A**, ``64 x 16`` per instruction, *K-major* (a row of A is contiguous, as in a row-major
   matrix): row ``m`` of the tile is row ``m % 8`` of atom ``m // 8``; atoms 1024 bytes apart
-  (the tile's 64 rows of 64 k-values are 8 atoms in a row). The k16 step ``s`` of a 64-deep
+  (a 64-deep tile's 64 rows are 8 atoms, one after the other). The k16 step ``s`` of a 64-deep
   tile starts ``32 * s`` bytes into the row.
 * **B**, ``16 x N`` per instruction, *N-major* (a row of B is contiguous: a row-major
   matrix, ``imm-trans-b = 1``): k-row ``k`` is row ``k % 8`` of an atom that holds 64
@@ -46,6 +47,7 @@ from . import engines
 from .ptx import PTXUsageError, _msg_literal
 
 __all__ = ["SIMULATED", "MIN_CC", "ATOM_BYTES", "SMEM_ALIGN", "INSTRUCTIONS", "swizzle128",
+           "swizzled_offset",
            "acc_row_col", "wgmma_mma", "wgmma_store_d", "wgmma_fence", "wgmma_commit_group",
            "wgmma_wait_group", "fence_proxy_async"]
 
@@ -89,6 +91,13 @@ def _check_lbo(fn, lbo):
                             f"positive multiple of 16 below 2**18, got {lbo}")
 
 
+def swizzled_offset(off):
+    """Where the 128-byte swizzle stores byte ``off`` of a 1024-byte-aligned region: the
+    16-byte chunk index (bits 4-6) XOR the row in the 8-row atom (bits 7-9). Plain Python
+    (for the host); kernels call :func:`swizzle128`, the same on the device."""
+    return off ^ (((off >> 7) & 7) << 4)
+
+
 def acc_row_col(t, i):
     """(row, column) in the 64 x N tile of accumulator element ``i`` of warpgroup thread
     ``t`` (0..127): the fragment layout of ``wgmma ... m64nNk16`` with fp32 accumulation."""
@@ -108,11 +117,7 @@ if not SIMULATED:
 
     _F32 = ir.FloatType()
 
-    @cuda.jit(device=True, inline="always")
-    def swizzle128(off):
-        """Byte offset ``off`` (from a 1024-byte-aligned base) -> where the 128-byte swizzle
-        stores it: the 16-byte chunk index (bits 4-6) XOR the row in the atom (bits 7-9)."""
-        return off ^ (((off >> 7) & 7) << 4)
+    swizzle128 = cuda.jit(device=True, inline="always")(swizzled_offset)
 
     def _literal_int(fn, what, t):
         if not isinstance(t, types.IntegerLiteral):
@@ -262,8 +267,7 @@ if not SIMULATED:
 else:
     from .ptx import _np, _offset, _to_f32, _is_int
 
-    def swizzle128(off):
-        return off ^ (((off >> 7) & 7) << 4)
+    swizzle128 = swizzled_offset
 
     def _thread():
         th = threading.current_thread()

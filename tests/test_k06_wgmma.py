@@ -101,8 +101,7 @@ def test_bad_arguments_get_clear_errors():
 
 # ---------------------------------------------------------------- the swizzle, the layout
 def test_swizzle128_keeps_chunks_whole_and_spreads_rows_over_the_banks():
-    sw = np.array([ptx_hopper.swizzle128(o) for o in range(1024)]) if SIM else \
-        np.arange(1024) ^ (((np.arange(1024) >> 7) & 7) << 4)
+    sw = np.array([ptx_hopper.swizzled_offset(o) for o in range(1024)])
     assert sorted(sw) == list(range(1024))               # a permutation of the atom
     assert (sw[1::2] - sw[::2] == 1).all() and (sw % 16 == np.arange(1024) % 16).all()
     for chunk in range(8):                               # one chunk column, 8 rows
@@ -127,10 +126,10 @@ def _swizzled(a, b):
     sB = np.zeros(16 * 64, np.float16)
     for m in range(64):
         for k in range(16):
-            sA[ptx_hopper.swizzle128(m * 128 + 2 * k) // 2] = a[m, k]
+            sA[ptx_hopper.swizzled_offset(m * 128 + 2 * k) // 2] = a[m, k]
     for k in range(16):
         for n in range(64):
-            sB[ptx_hopper.swizzle128(k * 128 + 2 * n) // 2] = b[k, n]
+            sB[ptx_hopper.swizzled_offset(k * 128 + 2 * n) // 2] = b[k, n]
     return sA, sB
 
 
