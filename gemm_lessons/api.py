@@ -10,7 +10,7 @@ from . import engines as _backend
 from . import harness as _harness
 from . import registry as _registry
 
-__all__ = ["kernels", "matmul", "gemm", "check", "check_anywhere", "bench", "show_source", "ACTIVATIONS"]
+__all__ = ["kernels", "matmul", "gemm", "check", "check_anywhere", "runs_here", "bench", "show_source", "ACTIVATIONS"]
 
 ACTIVATIONS = (None, "relu", "gelu", "leaky_relu")
 
@@ -52,13 +52,25 @@ def _check_tensor(what, t, entry, ndims=(2,)):
 
 def _check_capability(entry):
     eng = _backend.engine()
-    if eng.kind == "cuda" and eng.capability < tuple(entry.min_cc):
-        need = ".".join(map(str, entry.min_cc))
+    if eng.kind == "cuda" and not entry.runs_on(eng.capability):
+        need = ".".join(map(str, entry.min_cc)) + " or newer"
+        if entry.cc_below is not None:
+            need = (".".join(map(str, entry.min_cc)) + " up to (not including) "
+                    + ".".join(map(str, entry.cc_below)))
         have = ".".join(map(str, eng.capability))
         raise UnsupportedDevice(
-            f"{entry.name} needs compute capability {need} or newer; {eng.device_name} has "
+            f"{entry.name} needs compute capability {need}; {eng.device_name} has "
             f"{have}. Run this lesson on the simulator: restart Python and call "
-            f"gl.select_engine(min_cc=({entry.min_cc[0]}, {entry.min_cc[1]})) first.")
+            f"gl.select_engine(simulator=True) first (gl.check_anywhere runs its check "
+            f"there for you).")
+
+
+def runs_here(kernel) -> bool:
+    """Whether ``kernel`` runs on this engine: always on the simulator; on a GPU when it has
+    the kernel's instructions (``k06_wgmma``'s wgmma exists on compute capability 9.x only)."""
+    entry = _registry.get(kernel)
+    eng = _backend.engine()
+    return eng.kind != "cuda" or entry.runs_on(eng.capability)
 
 
 def _validate_pair(a, b, entry):
@@ -196,12 +208,11 @@ def check(kernel, *, cases=None, dtypes=None, seed=0, raise_on_fail=True, progre
 
 def check_anywhere(kernel):
     """The line ``check(kernel)`` prints, on any machine: here when this engine can run the
-    kernel; on a GPU too old for it (say, wgmma or TMA kernels on an Ampere GPU), the same
+    kernel; on a GPU without its instructions (wgmma or TMA kernels on an Ampere GPU), the same
     check in a child process on the simulator and Triton's interpreter, so that a lesson
     prints the same checkpoint everywhere (and says nothing it did not run)."""
     entry = _registry.get(kernel)
-    eng = _backend.engine()
-    if eng.kind != "cuda" or tuple(eng.capability) >= tuple(entry.min_cc):
+    if runs_here(entry.name):
         return str(check(entry.name))
     return _check_in_child(entry.name)
 

@@ -203,11 +203,14 @@ def as_numba(t):
     kept, writes land in ``t``. bfloat16, which numba has no type for, is passed as its raw
     16 bits (``int16``); kernels that take bf16 decode it.
 
-    On a GPU the views are cached by (address, shape, strides, dtype): building one costs
-    tens of microseconds of Python, as much as a small kernel runs. A view holds no
+    On a GPU the views are cached by (device, address, shape, strides, dtype): building one
+    costs tens of microseconds of Python, as much as a small kernel runs. A view holds no
     reference to its tensor (it is an address and a shape), so the cache keeps no memory
     alive, and a view of the same address and shape is the same view whichever tensor owns
-    the memory now.
+    the memory now. The caller keeps ``t`` alive until the launch is queued (a launcher's
+    local variable does; ``as_numba(x.contiguous())`` inline does not: the copy could be
+    freed, and its memory handed to the next tensor, before the launch). After that torch's
+    allocator, ordered by the stream the kernel runs on, may reuse the memory safely.
     """
     import torch
     if t.dtype == torch.bfloat16:
@@ -219,7 +222,9 @@ def as_numba(t):
             _VIEWS = OrderedDict()
         key = (t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, t.device.index)
         view = _VIEWS.get(key)
-        if view is None:
+        if view is not None:
+            _VIEWS.move_to_end(key)            # least recently used goes first
+        else:
             from numba import cuda
             desc = t.detach().__cuda_array_interface__
             view = cuda.from_cuda_array_interface(desc, owner=None, sync=False)
@@ -237,9 +242,12 @@ def numba_stream():
     from numba import cuda
     if on_gpu():
         import torch
-        handle = torch.cuda.current_stream().cuda_stream
-        stream = _STREAMS.get(handle)
+        current = torch.cuda.current_stream()
+        key = (current.device_index, current.cuda_stream)
+        stream = _STREAMS.get(key)
         if stream is None:
-            stream = _STREAMS[handle] = cuda.external_stream(handle)
+            if len(_STREAMS) > 64:
+                _STREAMS.clear()
+            stream = _STREAMS[key] = cuda.external_stream(current.cuda_stream)
         return stream
     return 0

@@ -53,8 +53,8 @@ __all__ = ["SIMULATED", "MIN_CC", "ATOM_BYTES", "SMEM_ALIGN", "INSTRUCTIONS", "s
 
 SIMULATED = engines.engine().kind == "simulator"
 
-#: wgmma needs compute capability 9.0 (and the arch-specific target sm_90a, which numba
-#: uses on a 9.x GPU).
+#: wgmma needs compute capability 9.x (the arch-specific target sm_90a, which numba uses on
+#: a 9.x GPU); Blackwell (10.x) replaced it with tcgen05.
 MIN_CC = (9, 0)
 
 #: Bytes in one 128-byte-swizzle atom (8 rows of 128 bytes).
@@ -67,11 +67,13 @@ SMEM_ALIGN = None if SIMULATED else 1024
 #: name: (PTX, minimum compute capability, SASS)
 INSTRUCTIONS = {
     "wgmma_mma": ("wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{f16|bf16}.{f16|bf16}",
-                  (9, 0), "HGMMA.64x{N}x16.F32"),
+                  (9, 0), "HGMMA.64x{N}x16.F32 (B N-major: .tnspB)"),
     "wgmma_store_d": ("st.f32 (one per accumulator, at constant offsets)", (9, 0), "STS / STG"),
     "wgmma_fence": ("wgmma.fence.sync.aligned", (9, 0), "WARPGROUP.ARRIVE"),
-    "wgmma_commit_group": ("wgmma.commit_group.sync.aligned", (9, 0), "WARPGROUP.DEPBAR"),
-    "wgmma_wait_group": ("wgmma.wait_group.sync.aligned N", (9, 0), "WARPGROUP.DEPBAR.LE"),
+    "wgmma_commit_group": ("wgmma.commit_group.sync.aligned", (9, 0),
+                           "(none: the group's last HGMMA carries gsb0)"),
+    "wgmma_wait_group": ("wgmma.wait_group.sync.aligned N", (9, 0),
+                         "WARPGROUP.DEPBAR.LE gsb0, N"),
     "fence_proxy_async": ("fence.proxy.async.shared::cta", (9, 0), "FENCE.VIEW.ASYNC.S"),
 }
 
@@ -338,6 +340,8 @@ else:
     def wgmma_wait_group(n, acc, nacc):
         if not (_is_int(n) and _is_int(nacc)):
             raise PTXUsageError(_msg_literal("wgmma_wait_group", "N and nacc", (n, nacc)))
+        if n < 0:
+            raise PTXUsageError(f"wgmma_wait_group: N must be >= 0, got {n}")
 
 
 _DOCS = {
@@ -366,7 +370,8 @@ _DOCS = {
     "wgmma_wait_group": """wgmma_wait_group(N, acc, nacc): wait until at most the ``N``
     newest wgmma groups of this warpgroup are in flight; ``acc`` (``nacc`` floats) is the
     accumulator they write, passed so that the compiler keeps every later use after the
-    wait. PTX ``wgmma.wait_group.sync.aligned N``.""",
+    wait (pass all of them: ``nacc = N // 2`` of the wgmma). PTX
+    ``wgmma.wait_group.sync.aligned N``.""",
     "fence_proxy_async": """fence_proxy_async(): make this thread's writes to shared memory
     (stores, cp.async) visible to the *async proxy* that wgmma reads through. PTX
     ``fence.proxy.async.shared::cta``; call it after the copies land, before the barrier.""",

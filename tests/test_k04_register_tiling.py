@@ -126,9 +126,9 @@ def test_launcher_that_skips_the_copy_stops_on_misaligned_loads():
     def no_copy(a, b, c):
         M, N = c.shape
         grid = ((N + cfg["BN"] - 1) // cfg["BN"], (M + cfg["BM"] - 1) // cfg["BM"])
+        a, b = a.contiguous(), k04._padded4(b)    # kept alive until the launch is queued
         kernel[grid, kernel.threads, engines.numba_stream()](
-            engines.as_numba(a.contiguous()), engines.as_numba(k04._padded4(b)),
-            engines.as_numba(c), 0)
+            engines.as_numba(a), engines.as_numba(b), engines.as_numba(c), 0)
 
     case = harness.Case("ragged", 21, 24, 19, hint="K % 4 != 0")
     with pytest.raises(IndexError, match="misaligned address"):

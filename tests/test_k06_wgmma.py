@@ -85,6 +85,13 @@ def test_ptx_is_wgmma_with_descriptors_fences_and_waits():
         assert rep["warnings"] == []                     # no wgmma serialized by ptxas
 
 
+def test_wgmma_runs_on_hopper_only():
+    from gemm_lessons import registry
+    entry = registry.get(NAME)
+    assert entry.runs_on((9, 0)) and not entry.runs_on((8, 9)) and not entry.runs_on((10, 0))
+    assert gl.runs_here(NAME) == HOPPER
+
+
 def test_bad_arguments_get_clear_errors():
     with pytest.raises(ValueError, match="BM a multiple of 64"):
         k06w.make_kernel(BM=96)

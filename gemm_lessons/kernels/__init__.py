@@ -35,11 +35,17 @@ class Kernel:
     summary: str                        # one line
     launch: Callable
     min_cc: tuple = (5, 0)
+    cc_below: Optional[tuple] = None    # instructions only some generations have: wgmma, 9.x
     gemm: Optional[Callable] = None
     features: frozenset = field(default_factory=frozenset)
     ptx: Optional[Callable] = None
     source: object = None               # what gl.show_source prints (default: launch)
     in_ladder: bool = True
+
+    def runs_on(self, cc) -> bool:
+        """Whether a GPU of compute capability ``cc`` has every instruction the kernel uses."""
+        cc = tuple(cc)
+        return cc >= tuple(self.min_cc) and (self.cc_below is None or cc < tuple(self.cc_below))
 
     @property
     def dtype_names(self):

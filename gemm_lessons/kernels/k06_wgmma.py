@@ -49,9 +49,11 @@ SIM_CONFIG = dict(BM=64, BN=64, STAGES=3)
 
 @lru_cache(maxsize=None)
 def make_kernel(BM=128, BN=256, STAGES=4, bf16=False, GROUP_M=GROUP_M):
-    """The wgmma kernel for one configuration: BM = 64 x (warpgroups), BN = 64, 128, 192
-    or 256 (the N of each wgmma), STAGES >= 3 shared buffers (STAGES - 2 tiles in flight
-    while one is multiplied and the one before it may still be)."""
+    """The wgmma kernel for one configuration: BM = 64 x (warpgroups), BN = the N of each
+    wgmma (64, 128 or 256; 192 needs BM = 192: each thread's B chunks lie a multiple of 8
+    rows apart), STAGES >= 3 shared buffers (STAGES - 2 tiles in flight while one is
+    multiplied and the one before it may still be). The accumulators take BN / 2 registers
+    per thread: BM = 256 with BN = 256 does not fit."""
     dt = int16 if bf16 else float16
     to_f32 = ptx.bf16_to_f32 if bf16 else ptx.f16_to_f32
     to_out = ptx.f32_to_bf16 if bf16 else ptx.f32_to_f16
@@ -181,9 +183,9 @@ def kernel_for(config=None, bf16=False):
 
 def _check_device():
     eng = engines.engine()
-    if eng.kind == "cuda" and eng.capability < (9, 0):
-        raise ValueError(f"wgmma needs compute capability 9.0 (Hopper); {eng.device_name} "
-                         "has " + ".".join(map(str, eng.capability)))
+    if eng.kind == "cuda" and not KERNELS[0].runs_on(eng.capability):
+        raise ValueError(f"wgmma exists on compute capability 9.x (Hopper) only; "
+                         f"{eng.device_name} has " + ".".join(map(str, eng.capability)))
 
 
 def run(a, b, c, out, alpha=1.0, beta=0.0, config=None):
@@ -226,6 +228,6 @@ def _ptx(cc, bf16=False):
 KERNELS = [
     Kernel("k06_wgmma", 6, "numba", FP16_BF16,
            "Hopper wgmma: tensor cores read swizzled shared memory filled by cp.async",
-           launch=wgmma, min_cc=(9, 0), ptx=_ptx, source=make_kernel,
+           launch=wgmma, min_cc=(9, 0), cc_below=(10, 0), ptx=_ptx, source=make_kernel,
            gemm=wgmma_gemm, features=frozenset({"alpha_beta"})),
 ]
