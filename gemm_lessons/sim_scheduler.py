@@ -8,7 +8,8 @@ measured 0.8-1.6 s with the loop below and did not finish in 200 s without it).
 
 :func:`install` replaces ``BlockManager.run`` of numba-cuda's simulator with a loop that keeps
 the same rules (all live threads blocked in ``syncthreads`` -> release them all; a thread's
-exception aborts the block and is raised) and sleeps briefly between polls. It is applied by
+exception aborts the block and is raised, here once the block's other threads have stopped)
+and sleeps briefly between polls. It is applied by
 :mod:`gemm_lessons.engines` whenever the simulator is chosen, and only to the simulator.
 """
 from __future__ import annotations
@@ -21,6 +22,7 @@ import time
 import numpy as np
 
 POLL_SECONDS = 2e-4
+JOIN_SECONDS = 60.0      # how long an aborted block's other threads get to stop
 
 
 def _run(self, grid_point, *args):
@@ -40,6 +42,12 @@ def _run(self, grid_point, *args):
             other.abort = True
             other.syncthreads_blocked = False
             other.syncthreads_event.set()
+        # wait for the others to stop (at their next barrier, or at the end) before the
+        # exception reaches the caller: a thread still running would keep swapping the
+        # kernel module's ``cuda`` for the simulator's while the caller goes on
+        deadline = time.monotonic() + JOIN_SECONDS
+        for other in threads:
+            other.join(max(0.0, deadline - time.monotonic()))
 
     live = list(threads)
     while live:

@@ -49,3 +49,31 @@ def test_an_exception_in_one_thread_reaches_the_caller():
 
     with pytest.raises(IndexError):
         fails[1, 64](np.zeros(64))
+
+
+@cuda.jit(device=True)
+def _busy(x):
+    return x + 1.0
+
+
+def test_after_an_exception_no_thread_of_the_block_still_runs():
+    # the other threads call a device function many times after thread 7 failed: each call
+    # swaps this module's `cuda` for the simulator's; the caller must not see that
+    @cuda.jit
+    def fails_early(out):
+        i = cuda.threadIdx.x
+        if i == 7:
+            out[1000] = 1.0                # thread 7 fails at once
+        v = 0.0
+        for _ in range(20):
+            for _ in range(500):
+                v = _busy(v)
+            cuda.syncthreads()             # where an aborted thread stops
+        out[i] = v
+
+    import threading
+    from numba.cuda.simulator.kernel import BlockThread
+    with pytest.raises(IndexError):
+        fails_early[1, 32](np.zeros(32))
+    assert not [t for t in threading.enumerate() if isinstance(t, BlockThread) and t.is_alive()]
+    assert globals()["cuda"] is cuda and hasattr(cuda, "jit")
