@@ -402,11 +402,18 @@ def missing_wait_demo():
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def _ptx(cc, bf16=False):
-    dt = "int16" if bf16 else "float16"
-    return (make_kernel(**GPU_CONFIG, bf16=bf16).py_func,
-            f"void({dt}[::1], {dt}[::1], {dt}[:, :], {dt}[:, ::1], int64, int64, int64, "
-            f"int64, int64, float32, float32)")
+def ptx_hook(make, config):
+    """The registry's ``ptx(cc)`` hook for a kernel built by ``make(**config, bf16=...)`` with
+    this launcher's arguments (A, B flat; C; Out; M, N, K, lda, ldb; alpha, beta)."""
+    def hook(cc, bf16=False):
+        dt = "int16" if bf16 else "float16"
+        return (make(**config, bf16=bf16).py_func,
+                f"void({dt}[::1], {dt}[::1], {dt}[:, :], {dt}[:, ::1], int64, int64, int64, "
+                f"int64, int64, float32, float32)")
+    return hook
+
+
+_ptx = ptx_hook(make_kernel, GPU_CONFIG)
 
 
 KERNELS = [

@@ -39,7 +39,7 @@ from ..ptx import cp_async16_zfill, cp_async_commit_group, cp_async_wait_group
 from ..ptx_hopper import (SMEM_ALIGN, fence_proxy_async, swizzle128, wgmma_commit_group,
                           wgmma_fence, wgmma_mma, wgmma_store_d, wgmma_wait_group)
 from . import FP16_BF16, Kernel
-from .k06_cp_async import GROUP_M, _allow_smem, _check_bf16, _rows16
+from .k06_cp_async import GROUP_M, _allow_smem, _check_bf16, _rows16, ptx_hook
 
 BK = 64              # one 128-byte swizzle row of fp16: the k-depth of a tile
 GPU_CONFIG = dict(BM=128, BN=256, STAGES=4)
@@ -218,11 +218,7 @@ def wgmma_gemm(a3, b3, c3, out, alpha, beta, bias, activation):
     run(a3[0], b3[0], None if c3 is None else c3[0], out[0], alpha, beta)
 
 
-def _ptx(cc, bf16=False):
-    dt = "int16" if bf16 else "float16"
-    return (make_kernel(**GPU_CONFIG, bf16=bf16).py_func,
-            f"void({dt}[::1], {dt}[::1], {dt}[:, :], {dt}[:, ::1], int64, int64, int64, "
-            f"int64, int64, float32, float32)")
+_ptx = ptx_hook(make_kernel, GPU_CONFIG)
 
 
 KERNELS = [
