@@ -103,7 +103,7 @@ def make_kernel(BM=128, BN=256, STAGES=4, bf16=False, GROUP_M=GROUP_M):
         sC = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)  # epilogue (same memory)
         acc = cuda.local.array(NACC, float32)
         tid = cuda.threadIdx.x
-        wg, t = tid // 128, tid % 128                 # warpgroup, thread in it
+        wg = tid // 128                               # this thread's warpgroup
         # -- block order: GROUP_M bands of blocks walk across N together (L2 reuse)
         pid = cuda.blockIdx.x
         n_m, n_n = (M + BM - 1) // BM, (N + BN - 1) // BN
