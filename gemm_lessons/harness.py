@@ -16,7 +16,7 @@ import torch
 from . import engines as _backend
 
 __all__ = ["TOLERANCE", "Case", "shape_suite", "make_operands", "reference", "compare",
-           "CheckError", "CheckReport", "check", "BenchResult", "bench", "time_cuda",
+           "CheckError", "CheckReport", "check", "check_alpha_beta", "BenchResult", "bench", "time_cuda",
            "time_cuda_pair",
            "cublas_matmul", "tflops"]
 
@@ -119,6 +119,26 @@ def compare(c, ref, a, b, dtype):
     ok = (not bool(bad.any()) and math.isfinite(rel)
           and err_norm <= tol * ref_norm + floor * math.sqrt(ref.numel()))
     return ok, rel, bad
+
+
+def check_alpha_beta(kernel, dtype, M, N, K, *, seed=5):
+    """BLAS's epilogue contract for a kernel that offers ``alpha`` and ``beta`` through
+    ``gl.gemm``: returns (relative error of ``0.5 * A @ B - 2 * C`` against float64,
+    whether ``beta == 0`` ignored a C full of NaN, whether ``alpha == 0`` ignored an A full
+    of NaN and returned exactly C)."""
+    from . import api
+    gen = torch.Generator().manual_seed(seed)
+    dev = _backend.device()
+    a, b, c = (torch.randn(*s, generator=gen).to(dtype).to(dev)
+               for s in ((M, K), (K, N), (M, N)))
+    out = api.gemm(a, b, c, alpha=0.5, beta=-2.0, kernel=kernel)
+    ref = 0.5 * (a.double() @ b.double()) - 2.0 * c.double()
+    rel = compare(out, ref, a, b, dtype)[1]
+    nan_c = torch.full_like(c, float("nan"))
+    beta0 = bool(torch.isfinite(api.gemm(a, b, nan_c, alpha=1.0, beta=0.0, kernel=kernel)).all())
+    nan_a = torch.full_like(a, float("nan"))
+    alpha0 = torch.equal(api.gemm(nan_a, b, c, alpha=0.0, beta=1.0, kernel=kernel), c)
+    return rel, beta0, alpha0
 
 
 class CheckError(AssertionError):

@@ -97,19 +97,10 @@ def test_pipeline_shared_memory_is_stages_times_a_tile():
 
 def test_gemm_alpha_beta_follow_blas():
     M, N, K = (37, 29, 45) if SIM else (600, 520, 330)
-    gen = torch.Generator().manual_seed(5)
-    a = torch.randn(M, K, generator=gen).half().to(DEV)
-    b = torch.randn(K, N, generator=gen).half().to(DEV)
-    c = torch.randn(M, N, generator=gen).half().to(DEV)
-    out = gl.gemm(a, b, c, alpha=0.5, beta=-2.0, kernel=NAME)
-    ref = 0.5 * (a.double() @ b.double()) - 2.0 * c.double()
-    ok, rel, _ = harness.compare(out, ref, a, b, torch.float16)
-    assert rel < 2e-3
-    nan_c = torch.full_like(c, float("nan"))
-    assert torch.isfinite(gl.gemm(a, b, nan_c, alpha=1.0, beta=0.0, kernel=NAME)).all()
-    nan_a = torch.full_like(a, float("nan"))
-    out = gl.gemm(nan_a, b, c, alpha=0.0, beta=1.0, kernel=NAME)
-    assert torch.equal(out, c)                          # A never read: exactly beta * C
+    rel, beta0_ignores_c, alpha0_ignores_a = harness.check_alpha_beta(NAME, torch.float16,
+                                                                      M, N, K)
+    assert rel < 2e-3 and beta0_ignores_c and alpha0_ignores_a
+    a, b = harness.make_operands(M, N, K, torch.float16)
     with pytest.raises(ValueError, match="does not support"):
         gl.gemm(a, b, bias=torch.zeros(N, dtype=a.dtype, device=DEV), kernel=NAME)
 

@@ -20,7 +20,6 @@ from gemm_lessons.ptx import PTXUsageError
 
 SIM = not engines.on_gpu()
 NAME = "k06_wgmma"
-DEV = engines.device()
 HOPPER = SIM or engines.engine().capability >= (9, 0)
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="wgmma needs compute capability 9.0")
 
@@ -54,18 +53,9 @@ def test_the_checkpoint_prints_the_same_line_on_any_machine():
 @needs_hopper
 def test_gemm_alpha_beta_follow_blas():
     M, N, K = (70, 66, 90) if SIM else (600, 520, 330)
-    gen = torch.Generator().manual_seed(6)
-    a = torch.randn(M, K, generator=gen).bfloat16().to(DEV)
-    b = torch.randn(K, N, generator=gen).bfloat16().to(DEV)
-    c = torch.randn(M, N, generator=gen).bfloat16().to(DEV)
-    out = gl.gemm(a, b, c, alpha=0.5, beta=-2.0, kernel=NAME)
-    ref = 0.5 * (a.double() @ b.double()) - 2.0 * c.double()
-    _, rel, _ = harness.compare(out, ref, a, b, torch.bfloat16)
-    assert rel < 1e-2
-    nan_c = torch.full_like(c, float("nan"))
-    assert torch.isfinite(gl.gemm(a, b, nan_c, alpha=1.0, beta=0.0, kernel=NAME)).all()
-    nan_a = torch.full_like(a, float("nan"))
-    assert torch.equal(gl.gemm(nan_a, b, c, alpha=0.0, beta=1.0, kernel=NAME), c)
+    rel, beta0_ignores_c, alpha0_ignores_a = harness.check_alpha_beta(NAME, torch.bfloat16,
+                                                                      M, N, K, seed=6)
+    assert rel < 1e-2 and beta0_ignores_c and alpha0_ignores_a
 
 
 def test_ptx_is_wgmma_with_descriptors_fences_and_waits():

@@ -143,22 +143,11 @@ def quick_check(run, name, dtype):
 
 
 def check_gemm(kernel):
-    M, N, K = 777, 515, 333
     for dtype in (torch.float16, torch.bfloat16):
-        a, b = harness.make_operands(M, N, K, dtype, seed=1)
-        c = torch.randn(M, N, device="cuda").to(dtype)
-        out = gl.gemm(a, b, c, alpha=0.5, beta=-2.0, kernel=kernel)
-        ref = 0.5 * harness.reference(a, b) - 2.0 * c.double()
-        err = ((out.double() - ref).norm() / ref.norm()).item()
-        ok1 = err < 1e-2
-        c_nan = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
-        out = gl.gemm(a, b, c_nan, alpha=1.0, beta=0.0, kernel=kernel)
-        ok2 = bool(torch.isfinite(out).all())
-        a_nan = torch.full_like(a, float("nan"))
-        out = gl.gemm(a_nan, b, c, alpha=0.0, beta=1.0, kernel=kernel)
-        ok3 = bool(torch.equal(out, c))
-        log(f"gl.gemm {kernel} {dt(dtype)}: alpha/beta rel err {err:.1e} ({'ok' if ok1 else 'BAD'}),"
-            f" beta=0 ignores NaN C: {ok2}, alpha=0 ignores NaN A: {ok3}")
+        err, ok2, ok3 = harness.check_alpha_beta(kernel, dtype, 777, 515, 333, seed=1)
+        verdict = "ok" if err < 1e-2 else "BAD"
+        log(f"gl.gemm {kernel} {dt(dtype)}: alpha/beta rel err {err:.1e} ({verdict}), "
+            f"beta=0 ignores NaN C: {ok2}, alpha=0 ignores NaN A: {ok3}")
 
 
 def loop_mix(sass):

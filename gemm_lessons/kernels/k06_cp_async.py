@@ -49,6 +49,18 @@ SIM_CONFIG = dict(BM=32, BN=32, BK=16, WM=16, WN=16, STAGES=3)
 GROUP_M = 8      # blocks that share a band of B run together (L2 reuse)
 
 
+@cuda.jit(device=True, inline="always")
+def grouped_block(pid, M, N, BM, BN, GROUP):
+    """(first row, first column) of block ``pid``'s tile when the blocks run in bands of
+    GROUP block rows that walk across N together: the band's A rows and the current B
+    columns stay in L2 (lesson 07 draws this order)."""
+    n_m, n_n = (M + BM - 1) // BM, (N + BN - 1) // BN
+    first_m = (pid // (GROUP * n_n)) * GROUP
+    group_m = min(n_m - first_m, GROUP)
+    return ((first_m + (pid % (GROUP * n_n)) % group_m) * BM,
+            ((pid % (GROUP * n_n)) // group_m) * BN)
+
+
 @lru_cache(maxsize=None)
 def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=True,
                 GROUP_M=GROUP_M, MAXREG=None, PREFETCH=False):
@@ -99,12 +111,7 @@ def make_kernel(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, bf16=False, wait=
         warp, lane = tid // 32, tid % 32
         wm, wn = warp // WARPS_N, warp % WARPS_N
         # -- block order: GROUP_M bands of blocks walk across N together (L2 reuse)
-        pid = cuda.blockIdx.x
-        n_m, n_n = (M + BM - 1) // BM, (N + BN - 1) // BN
-        first_m = (pid // (GROUP_M * n_n)) * GROUP_M
-        group_m = min(n_m - first_m, GROUP_M)
-        bm = (first_m + (pid % (GROUP_M * n_n)) % group_m) * BM
-        bn = ((pid % (GROUP_M * n_n)) // group_m) * BN
+        bm, bn = grouped_block(cuda.blockIdx.x, M, N, BM, BN, GROUP_M)
 
         for i in range(FM):
             for j in range(FN):

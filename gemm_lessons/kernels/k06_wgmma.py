@@ -39,7 +39,8 @@ from ..ptx import cp_async16_zfill, cp_async_commit_group, cp_async_wait_group
 from ..ptx_hopper import (SMEM_ALIGN, fence_proxy_async, swizzle128, wgmma_commit_group,
                           wgmma_fence, wgmma_mma, wgmma_store_d, wgmma_wait_group)
 from . import FP16_BF16, Kernel
-from .k06_cp_async import GROUP_M, _allow_smem, _check_bf16, _rows16, ptx_hook
+from .k06_cp_async import (GROUP_M, _allow_smem, _check_bf16, _rows16, grouped_block,
+                           ptx_hook)
 
 BK = 64              # one 128-byte swizzle row of fp16: the k-depth of a tile
 GPU_CONFIG = dict(BM=128, BN=256, STAGES=4)
@@ -105,12 +106,7 @@ def make_kernel(BM=128, BN=256, STAGES=4, bf16=False, GROUP_M=GROUP_M):
         tid = cuda.threadIdx.x
         wg = tid // 128                               # this thread's warpgroup
         # -- block order: GROUP_M bands of blocks walk across N together (L2 reuse)
-        pid = cuda.blockIdx.x
-        n_m, n_n = (M + BM - 1) // BM, (N + BN - 1) // BN
-        first_m = (pid // (GROUP_M * n_n)) * GROUP_M
-        group_m = min(n_m - first_m, GROUP_M)
-        bm = (first_m + (pid % (GROUP_M * n_n)) % group_m) * BM
-        bn = ((pid % (GROUP_M * n_n)) // group_m) * BN
+        bm, bn = grouped_block(cuda.blockIdx.x, M, N, BM, BN, GROUP_M)
 
         for i in range(NACC):
             acc[i] = float32(0.0)
