@@ -14,13 +14,13 @@ launches nothing.
 from . import engines as _engines
 from .engines import EngineError, device, engine, select_engine
 from .api import (ACTIVATIONS, UnsupportedDevice, bench, check, check_anywhere, gemm,
-                  kernels, matmul, runs_here, show_source)
+                  kernels, matmul, runs_here, show_diff, show_source)
 from .harness import CheckError
 
 __version__ = "0.1.0"
 
 __all__ = ["backend", "engine", "device", "select_engine", "kernels", "matmul", "gemm",
-           "check", "check_anywhere", "runs_here", "bench", "show_source", "CheckError", "EngineError", "UnsupportedDevice",
+           "check", "check_anywhere", "runs_here", "bench", "show_source", "show_diff", "CheckError", "EngineError", "UnsupportedDevice",
            "ACTIVATIONS"]
 
 

@@ -244,9 +244,24 @@ def _source_of(obj):
     return inspect.getsource(obj)
 
 
-def show_source(obj):
-    """Print the source of a kernel (a registered name, or any function or kernel)."""
+def _source_text(obj):
     if isinstance(obj, str):
         entry = _registry.get(obj)
         obj = entry.source if entry.source is not None else entry.launch
-    print(_source_of(obj).rstrip())
+    return _source_of(obj).rstrip()
+
+
+def show_source(obj):
+    """Print the source of a kernel (a registered name, or any function or kernel)."""
+    print(_source_text(obj))
+
+
+def show_diff(old, new, context=3):
+    """Print what the kernel ``new`` adds to (or changes in) ``old``, as a unified diff of
+    their sources (registered names, or any functions or kernels): a step of a lesson shown
+    as the lines it adds."""
+    import difflib
+    a, b = _source_text(old).splitlines(), _source_text(new).splitlines()
+    name = lambda o: o if isinstance(o, str) else getattr(o, "__name__", str(o))
+    diff = list(difflib.unified_diff(a, b, name(old), name(new), n=context, lineterm=""))
+    print("\n".join(diff) if diff else f"{name(old)} and {name(new)}: the same source")

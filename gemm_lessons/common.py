@@ -1,0 +1,89 @@
+"""Small helpers shared by the kernel modules, the instruments and the labs: one copy each.
+
+* :func:`cdiv` - ceiling division (tiles needed to cover a length);
+* :func:`grouped_order` - the grouped ("swizzled") tile order of lessons 06-09, in plain
+  Python (the Triton and numba kernels carry the same arithmetic in their own language);
+* :func:`sm_count` - streaming multiprocessors of the GPU, or :data:`NOMINAL_SMS` off it,
+  so that rules which depend on it decide the same way on every engine;
+* :func:`simulated` - is this process running numba's simulator and Triton's interpreter;
+* :func:`run_on_simulator` - call a function in a child process that runs the simulator,
+  so an instrument or a demonstration answers the same on a laptop and on a GPU.
+
+Imports neither numba nor triton, and nothing above :mod:`gemm_lessons.engines`.
+"""
+from __future__ import annotations
+
+import importlib
+import os
+import pickle
+import subprocess
+import sys
+from functools import lru_cache
+
+from . import engines
+
+__all__ = ["cdiv", "grouped_order", "NOMINAL_SMS", "sm_count", "simulated",
+           "run_on_simulator"]
+
+NOMINAL_SMS = 132      # an H100/H200 (SXM): the SM count used where there is no GPU
+
+
+def cdiv(a: int, b: int) -> int:
+    """``ceil(a / b)`` for positive integers: how many length-``b`` tiles cover ``a``."""
+    return -(-a // b)
+
+
+def grouped_order(pid: int, num_pid_m: int, num_pid_n: int, group_size_m: int):
+    """Program id -> (tile row, tile column) when the tiles run in bands of
+    ``group_size_m`` rows, each band walked column by column (the last band may be shorter).
+    Blocks that run together then share their rows of A and their columns of B in L2."""
+    in_group = group_size_m * num_pid_n            # programs in one band of rows
+    first_m = (pid // in_group) * group_size_m     # the band's first tile row
+    size_m = min(num_pid_m - first_m, group_size_m)
+    return first_m + (pid % in_group) % size_m, (pid % in_group) // size_m
+
+
+@lru_cache(maxsize=None)
+def _device_sms(index: int) -> int:
+    import torch
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(device=None) -> int:
+    """Streaming multiprocessors of the GPU (``device``: a torch device or index; the
+    current one by default), or :data:`NOMINAL_SMS` where kernels do not run on a GPU."""
+    if not engines.on_gpu():
+        return NOMINAL_SMS
+    import torch
+    if device is None:
+        index = torch.cuda.current_device()
+    else:
+        device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
+        index = device.index if device.index is not None else torch.cuda.current_device()
+    return _device_sms(index)
+
+
+def simulated() -> bool:
+    """True where numba kernels run on the CUDA simulator and Triton's on its interpreter:
+    the one answer to "which engine runs" (decided by :mod:`gemm_lessons.engines`)."""
+    return engines.engine().kind == "simulator"
+
+
+def run_on_simulator(target: str, *args):
+    """``module:function(*args)`` on the simulator: here when this process simulates,
+    otherwise in a child process with ``GEMM_LESSONS_ENGINE=simulator`` (numba cannot run
+    both engines in one process). Arguments and result travel pickled."""
+    module, func = target.split(":")
+    if simulated():
+        return getattr(importlib.import_module(module), func)(*args)
+    env = dict(os.environ, GEMM_LESSONS_ENGINE="simulator")
+    code = ("import importlib, pickle, sys, gemm_lessons\n"
+            f"fn = getattr(importlib.import_module({module!r}), {func!r})\n"
+            "args = pickle.loads(sys.stdin.buffer.read())\n"
+            "sys.stdout.buffer.write(pickle.dumps(fn(*args)))\n")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, input=pickle.dumps(args),
+                          capture_output=True)
+    if proc.returncode != 0:
+        raise RuntimeError("running {} on the simulator failed:\n{}".format(
+            target, proc.stderr.decode(errors="replace")[-3000:]))
+    return pickle.loads(proc.stdout)
