@@ -40,3 +40,60 @@ def read_csv(path=None):
             rows.append((int(row["lesson"]), r))
             device, versions = row["device"], row["versions"]
     return rows, device, versions
+
+
+# ------------------------------------------------------------------ figures quoted in prose
+# A measured figure in a notebook's markdown or in README.md is written as
+#     <span data-fig="k04_register_tiling 4096 ratio">0.90</span>x
+# and ``python tools/render_figures.py`` fills every such span from the recorded CSV
+# (tests/test_figures.py fails when one differs), so no two texts can quote the same
+# measurement differently. The key: ``[file.csv] kernel [dtype] size field`` where size is
+# ``4096`` (a cube) or ``2048x11008x4096``, dtype defaults to the kernel's first row's, and
+# field is one of FIELD_FORMATS.
+FIELD_FORMATS = {
+    "ratio": lambda r: f"{r.ratio:.2f}",
+    "tflops": lambda r: f"{r.tflops:.1f}",
+    "baseline_tflops": lambda r: f"{r.baseline_tflops:.1f}",
+    "ms": lambda r: f"{r.ms:.3f}",
+    "baseline_ms": lambda r: f"{r.baseline_ms:.3f}",
+    "us": lambda r: f"{r.ms * 1e3:.1f}",
+}
+
+
+class FigureError(KeyError):
+    """A quoted figure whose key names nothing in the recorded CSV."""
+
+    def __str__(self):
+        return self.args[0]
+
+
+def figure(key: str) -> str:
+    """The recorded value a ``data-fig`` key names, formatted as prose quotes it."""
+    words = key.split()
+    path = None
+    if words and words[0].endswith(".csv"):
+        path = HERE / words.pop(0)
+    if len(words) not in (3, 4):
+        raise FigureError(f"figure key {key!r}: want '[file.csv] kernel [dtype] size field'")
+    kernel, *dtype, size, field = words
+    if field not in FIELD_FORMATS:
+        raise FigureError(f"figure key {key!r}: field {field!r} is not one of "
+                          f"{', '.join(FIELD_FORMATS)}")
+    dims = [int(x) for x in size.split("x")]
+    M, N, K = dims * 3 if len(dims) == 1 else dims
+    rows, _, _ = _read_cached(str(path) if path else None)
+    hits = [r for _, r in rows if r.kernel == kernel and (r.M, r.N, r.K) == (M, N, K)
+            and (not dtype or str(r.dtype).replace("torch.", "") == dtype[0])]
+    if not hits:
+        raise FigureError(f"figure key {key!r}: no such row in "
+                          f"{path.name if path else 'h200_ladder.csv'}")
+    return FIELD_FORMATS[field](hits[0])
+
+
+_CACHE = {}
+
+
+def _read_cached(path):
+    if path not in _CACHE:
+        _CACHE[path] = read_csv(path)
+    return _CACHE[path]
