@@ -37,6 +37,26 @@ def site(tmp_path_factory):
 
 
 # ------------------------------------------------------------------ the build, no browser
+def test_instructors_page_joins_the_site_when_present(tmp_path, monkeypatch):
+    docs = tmp_path / "docs"
+    shutil.copytree(build_site.DOCS, docs)
+    monkeypatch.setattr(build_site, "DOCS", docs)
+    for present in (False, True):
+        if present:
+            (docs / "instructors.md").write_text("# For instructors\n")
+        else:
+            (docs / "instructors.md").unlink(missing_ok=True)
+        src = tmp_path / f"src{present}"
+        src.mkdir()
+        build_site.stage(src)
+        index = (src / "index.md").read_text()
+        assert "%INSTRUCTORS%" not in index
+        assert ("\ninstructors\n" in index) == present
+        assert (src / "instructors.md").exists() == present
+        assert sorted(p.name for p in (src / "notebooks").glob("*.ipynb")) == \
+            [f"{s}.ipynb" for s in LESSONS]
+
+
 def test_every_lesson_exercise_and_the_results_have_a_page(site):
     for stem in LESSONS:
         assert (site / "notebooks" / f"{stem}.html").exists(), stem

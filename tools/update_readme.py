@@ -53,6 +53,12 @@ def table():
         link = f"[open in Colab]({colab_url(f'notebooks/{nb.name}')})"
         rows.append(f"| {n:02d} | [{nb.stem}](notebooks/{nb.name}) | {_title(nb)} | "
                     f"{ks or '-'} | {link} |")
+    rows += ["",
+             "On Colab, each notebook's first cell installs the course (elsewhere that cell "
+             "does nothing).",
+             "To read the course as a website, with every stored output and plot: "
+             "`python tools/build_site.py`",
+             "writes it to `build/site/` (open `index.html`)."]
     return "\n".join(rows)
 
 
