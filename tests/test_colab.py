@@ -94,6 +94,7 @@ def test_installs_from_the_repository_on_colab(tmp_path):
     argv = calls[0]
     assert argv[:4] == [sys.executable, "-m", "pip", "install"]
     assert f"gemm_lessons @ git+{colab.REPO_URL}@{colab.BRANCH}" in argv
+    assert r.stdout.startswith("installing the course")
 
 
 def test_missing_elsewhere_says_how_to_install(tmp_path):

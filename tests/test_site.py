@@ -7,6 +7,7 @@ The browser tests need /usr/bin/chromium (Debian: ``apt-get install -y chromium`
 ``GEMM_LESSONS_SKIP_BROWSER=1`` skips them (the build checks still run)."""
 import functools
 import http.server
+import json
 import os
 import re
 import shutil
@@ -37,24 +38,32 @@ def site(tmp_path_factory):
 
 
 # ------------------------------------------------------------------ the build, no browser
-def test_instructors_page_joins_the_site_when_present(tmp_path, monkeypatch):
-    docs = tmp_path / "docs"
-    shutil.copytree(build_site.DOCS, docs)
-    monkeypatch.setattr(build_site, "DOCS", docs)
+def test_staging_adds_instructors_when_present_and_drops_the_colab_cell(tmp_path):
+    import colab
+    root = tmp_path / "repo"
+    for part in ("docs", "notebooks", "solutions", "exercises", "gemm_lessons/results"):
+        shutil.copytree(ROOT / part, root / part)
+    shutil.copy2(ROOT / "README.md", root / "README.md")
+    assert colab.main(["--root", str(root)]) == 0
     for present in (False, True):
         if present:
-            (docs / "instructors.md").write_text("# For instructors\n")
+            (root / "docs" / "instructors.md").write_text("# For instructors\n")
         else:
-            (docs / "instructors.md").unlink(missing_ok=True)
+            (root / "docs" / "instructors.md").unlink(missing_ok=True)
         src = tmp_path / f"src{present}"
         src.mkdir()
-        build_site.stage(src)
+        build_site.stage(src, root)
         index = (src / "index.md").read_text()
         assert "%INSTRUCTORS%" not in index
         assert ("\ninstructors\n" in index) == present
         assert (src / "instructors.md").exists() == present
-        assert sorted(p.name for p in (src / "notebooks").glob("*.ipynb")) == \
-            [f"{s}.ipynb" for s in LESSONS]
+        for folder, stems in (("notebooks", LESSONS), ("exercises", EXERCISES)):
+            staged = sorted((src / folder).glob("*.ipynb"))
+            assert [p.stem for p in staged] == stems
+            for p in staged:
+                nb, orig = json.loads(p.read_text()), json.loads((root / folder / p.name).read_text())
+                assert not [c for c in nb["cells"] if c.get("id") == colab.CELL_ID], p
+                assert len(nb["cells"]) == len(orig["cells"]) - 1, "only the setup cell goes"
 
 
 def test_every_lesson_exercise_and_the_results_have_a_page(site):

@@ -6,7 +6,8 @@ results, from the notebooks' stored outputs (nothing is executed).
     python tools/build_site.py --strict     # Sphinx warnings are errors
 
 Sources: docs/ (conf.py, the index and results pages; docs/instructors.md when present),
-README.md (the home page), notebooks/ (the lessons, in order), exercises/ and
+README.md (the home page), notebooks/ (the lessons, in order; their Colab setup cell left
+out), exercises/ and
 gemm_lessons/results/ (the ladder's CSV, as a table, and its plot). They are laid out in a
 staging folder and built by Sphinx with myst-nb and the furo theme, all from PyPI; MathJax
 comes from the jupyter-server-mathjax package, so neither the build nor the pages fetch
@@ -15,6 +16,7 @@ anything. Open OUTDIR/index.html, or serve it: ``python -m http.server -d build/
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import subprocess
 import sys
@@ -23,8 +25,6 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-DOCS = ROOT / "docs"
-RESULTS = ROOT / "gemm_lessons" / "results"
 
 
 def ladder_table(csv_path: Path) -> str:
@@ -45,25 +45,37 @@ def ladder_table(csv_path: Path) -> str:
     return "\n".join(out) + "\n"
 
 
-def stage(src: Path) -> None:
-    """Lay out the site's sources in ``src``."""
-    for p in DOCS.iterdir():
+SETUP_TAG = "colab-setup"      # tools/colab.py's install cell: for Colab, not for readers
+
+
+def _reading_copy(nb_path: Path, dst: Path) -> None:
+    """The notebook without its Colab setup cell (the site is for reading)."""
+    nb = json.loads(nb_path.read_text())
+    nb["cells"] = [c for c in nb["cells"]
+                   if SETUP_TAG not in c.get("metadata", {}).get("tags", [])]
+    dst.write_text(json.dumps(nb, indent=1, ensure_ascii=False))
+
+
+def stage(src: Path, root: Path = ROOT) -> None:
+    """Lay out the site's sources (from the checkout ``root``) in ``src``."""
+    docs, results = root / "docs", root / "gemm_lessons" / "results"
+    for p in docs.iterdir():
         if p.name.startswith((".", "_build")) or p.name == "__pycache__":
             continue
         (shutil.copytree if p.is_dir() else shutil.copy2)(p, src / p.name)
-    index = (DOCS / "index.md").read_text()
-    more = "instructors" if (DOCS / "instructors.md").exists() else ""
+    index = (docs / "index.md").read_text()
+    more = "instructors" if (docs / "instructors.md").exists() else ""
     (src / "index.md").write_text(index.replace("%INSTRUCTORS%", more))
-    shutil.copy2(ROOT / "README.md", src / "README.md")
+    shutil.copy2(root / "README.md", src / "README.md")
     for folder in ("notebooks", "exercises"):
         (src / folder).mkdir()
-        for nb in sorted((ROOT / folder).glob("[0-9][0-9]_*.ipynb")):
-            shutil.copy2(nb, src / folder / nb.name)
+        for nb in sorted((root / folder).glob("[0-9][0-9]_*.ipynb")):
+            _reading_copy(nb, src / folder / nb.name)
     (src / "gemm_lessons" / "results").mkdir(parents=True)
-    for p in RESULTS.glob("*"):
+    for p in results.glob("*"):
         if p.suffix in (".csv", ".png"):
             shutil.copy2(p, src / "gemm_lessons" / "results" / p.name)
-    (src / "_ladder_table.md").write_text(ladder_table(RESULTS / "h200_ladder.csv"))
+    (src / "_ladder_table.md").write_text(ladder_table(results / "h200_ladder.csv"))
 
 
 def build(outdir: Path, *, strict: bool = False, quiet: bool = True) -> Path:
@@ -72,7 +84,7 @@ def build(outdir: Path, *, strict: bool = False, quiet: bool = True) -> Path:
     with tempfile.TemporaryDirectory(prefix="gemm-lessons-site-") as tmp:
         src = Path(tmp) / "src"
         src.mkdir()
-        stage(src)
+        stage(src, ROOT)
         if outdir.exists():
             shutil.rmtree(outdir)
         cmd = [sys.executable, "-m", "sphinx", "-b", "html", "-d", str(Path(tmp) / "doctrees"),

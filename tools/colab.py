@@ -54,6 +54,7 @@ def cell_source() -> str:
         "    if \"google.colab\" not in sys.modules:\n"
         "        raise ModuleNotFoundError(\"gemm_lessons is not installed: run \"\n"
         "                                  \"pip install -e . in the course's folder\")\n"
+        "    print(\"installing the course (a minute or two)\")\n"
         "    subprocess.check_call([sys.executable, \"-m\", \"pip\", \"install\", \"-q\",\n"
         f"                           \"gemm_lessons @ git+{REPO_URL}@{BRANCH}\"])\n"
         "    importlib.invalidate_caches()"
