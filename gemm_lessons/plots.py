@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import matplotlib.pyplot as plt
 
-__all__ = ["ladder_plot", "roofline_plot", "PEAKS", "gemm_intensity", "tile_intensity"]
+__all__ = ["ladder_plot", "roofline_plot", "PEAKS", "gemm_intensity", "tile_intensity",
+           "ladder_roofline"]
 
 # Datasheet peaks (dense, no sparsity): FP32 SIMT TFLOP/s, FP16 tensor-core TFLOP/s with
 # FP32 accumulation, memory bandwidth in GB/s. Leads, not measurements.
@@ -94,4 +95,47 @@ def ladder_plot(results, path=None, title="gemm_lessons ladder"):
     fig.tight_layout()
     if path is not None:
         fig.savefig(path, dpi=120)
+    return fig
+
+
+def ladder_roofline(results, peaks, title="the ladder on the roofline"):
+    """Every timed kernel of a ladder on its roofline, one panel per kind of arithmetic:
+    fp32 kernels under the FP32 SIMT peak, fp16/bf16 kernels under the tensor-core peak, both
+    under the memory slope. ``peaks``: a PEAKS entry (TFLOP/s and GB/s). A kernel's x is the
+    intensity of its GEMM with A, B and C moved once (``gemm_intensity``); its y, the TFLOP/s
+    measured; cuBLAS of the same precision as a star."""
+    import numpy as np
+    timed = [r for r in results if r.ms is not None]
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.6))
+    panels = (("fp32: FP32 SIMT peak", lambda r: r.dtype.itemsize == 4, peaks["fp32"]),
+              ("fp16 / bf16: tensor-core peak", lambda r: r.dtype.itemsize == 2, peaks["fp16"]))
+    for ax, (name, keep, peak) in zip(axes, panels):
+        rows = [r for r in timed if keep(r)]
+        x = np.logspace(0, 4, 200)
+        ax.loglog(x, np.minimum(peak, x * peaks["bandwidth"] / 1000.0), color="black", lw=2)
+        ridge = peak * 1000.0 / peaks["bandwidth"]
+        ax.axvline(ridge, color="grey", ls=":", lw=1)
+        ax.text(ridge * 1.1, peak * 0.012, f"ridge {ridge:.0f} FLOP/B", color="grey", fontsize=8)
+        kernels = []
+        for r in rows:
+            if r.kernel not in kernels:
+                kernels.append(r.kernel)
+        cmap = plt.get_cmap("tab20")
+        for i, k in enumerate(kernels):
+            pts = [r for r in rows if r.kernel == k]
+            ax.plot([gemm_intensity(r.M, r.N, r.K, r.dtype.itemsize) for r in pts],
+                    [r.tflops for r in pts], "o", color=cmap(i % 20), label=k)
+        base = [r for r in rows if r.baseline_ms is not None]
+        if base:
+            ax.plot([gemm_intensity(r.M, r.N, r.K, r.dtype.itemsize) for r in base],
+                    [r.baseline_tflops for r in base], "*", color="black", ms=10, label="cuBLAS")
+        ax.set_xlim(1, 1e4)
+        ax.set_ylim(peak * 1e-3, peak * 2)
+        ax.set_xlabel("FLOP per byte (A, B and C moved once)")
+        ax.set_ylabel("TFLOP/s")
+        ax.set_title(f"{name} {peak:g} TFLOP/s, {peaks['bandwidth'] / 1000:g} TB/s", fontsize=9)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=7, loc="lower right", ncol=2)
+    fig.suptitle(title)
+    fig.tight_layout()
     return fig
