@@ -4,7 +4,7 @@ from __future__ import annotations
 import matplotlib.pyplot as plt
 
 __all__ = ["ladder_plot", "roofline_plot", "PEAKS", "gemm_intensity", "tile_intensity",
-           "ladder_roofline"]
+           "ladder_roofline", "mma_a_fragment_owner", "wmma_fragment_plot"]
 
 # Datasheet peaks (dense, no sparsity): FP32 SIMT TFLOP/s, FP16 tensor-core TFLOP/s with
 # FP32 accumulation, memory bandwidth in GB/s. Leads, not measurements.
@@ -39,11 +39,13 @@ def roofline_plot(peak_tflops, bandwidth_gbs, points=(), title="", ax=None):
     ridge = peak_tflops * 1000.0 / bandwidth_gbs
     ax.axvline(ridge, color="grey", ls=":", lw=1)
     ax.text(ridge * 1.1, peak_tflops * 0.02, f"ridge {ridge:.0f} FLOP/B", color="grey", fontsize=8)
-    for p in points:
+    # each point in the legend, with its intensity: labels beside points that sit close
+    # together on a log axis would overlap
+    for i, p in enumerate(points):
         name, ai = p[0], p[1]
         y = p[2] if len(p) > 2 and p[2] is not None else min(peak_tflops, ai * bandwidth_gbs / 1000.0)
-        ax.plot([ai], [y], "o")
-        ax.annotate(name, (ai, y), textcoords="offset points", xytext=(5, -12), fontsize=8)
+        ax.plot([ai], [y], "os^Dvp<>"[i % 8], ms=7, label=f"{name}: {ai:.3g} FLOP/B")
+    ax.legend(loc="lower right", fontsize=8)
     ax.set_xlabel("arithmetic intensity (FLOP / byte of DRAM traffic)")
     ax.set_ylabel("TFLOP/s")
     ax.set_title(title)
@@ -137,5 +139,48 @@ def ladder_roofline(results, peaks, title="the ladder on the roofline"):
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=7, loc="lower right", ncol=2)
     fig.suptitle(title)
+# ------------------------------------------------------------------ lesson 05: fragments
+def mma_a_fragment_owner():
+    """16 x 16 array: the lane that holds each element of a 16x16 fp16 A tile, as one
+    ``ldmatrix.x4`` loads it on sm_80 and later (the layout of ``mma.m16n8k16``): lane l
+    holds rows l/4 and l/4 + 8, columns 2(l%4), 2(l%4)+1 and the same + 8."""
+    import numpy as np
+    owner = np.zeros((16, 16), int)
+    for lane in range(32):
+        g, t = lane // 4, lane % 4
+        for r in (g, g + 8):
+            for c in (2 * t, 2 * t + 1, 2 * t + 8, 2 * t + 9):
+                owner[r, c] = lane
+    return owner
+
+
+def wmma_fragment_plot(lanes=(0, 5)):
+    """Which lane of a warp holds which element of a 16x16 fp16 A tile (sm_80+), and the
+    four 32-bit registers of two chosen lanes, each holding two neighbouring halves."""
+    import numpy as np
+    owner = mma_a_fragment_owner()
+    fig, axes = plt.subplots(1, 1 + len(lanes), figsize=(4.4 * (1 + len(lanes)), 4.6))
+    axes[0].imshow(owner, cmap="viridis")
+    for r in range(16):
+        for c in range(16):
+            axes[0].text(c, r, owner[r, c], ha="center", va="center", fontsize=5.5,
+                         color="white" if owner[r, c] < 16 else "black")
+    axes[0].set_title("the lane that holds each element", fontsize=10)
+    for lane, ax in zip(lanes, axes[1:]):
+        ax.imshow(owner == lane, cmap="Greys", vmin=0, vmax=1.5)
+        rows, cols = np.nonzero(owner == lane)
+        # register k holds a pair of neighbouring halves: (row g, cols 2t..2t+1) = R0,
+        # (row g+8) = R1, (row g, cols +8) = R2, (row g+8, cols +8) = R3 (mma.m16n8k16's a0..a3)
+        for r, c in zip(rows, cols):
+            reg = (r >= 8) + 2 * (c >= 8)
+            ax.text(c, r, f"R{reg}", ha="center", va="center", color="crimson", fontsize=7)
+        ax.set_title(f"lane {lane}: 8 halves in 4 registers", fontsize=10)
+    for ax in axes:
+        ax.set_xticks([0, 8, 15])
+        ax.set_yticks([0, 8, 15])
+        ax.set_xlabel("column (k)")
+        ax.set_ylabel("row (m)")
+    fig.suptitle("a 16x16 fp16 A fragment across the 32 lanes of a warp (sm_80 and later)",
+                 fontsize=11)
     fig.tight_layout()
     return fig
