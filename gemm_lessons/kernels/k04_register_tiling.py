@@ -42,8 +42,6 @@ def make_register_tiling(BM, BN, BK, WM, WN, TM, TN):
     A_LOADS, B_LOADS, A_ROWS, B_ROWS = tiles.loads(vec=4)
     GA = (A_LOADS, 4)                 # the next tile, on its way from global memory
     GB = (B_LOADS, 4)
-    if BK % 2:
-        raise ValueError(f"BK={BK}: the steps alternate two fragment sets, so BK is even")
     # registers: at most 65536 / (NT * MIN_BLOCKS) per thread; more than 64 accumulators
     # need more than 128 registers, so such a block has an SM to itself
     MIN_BLOCKS = 2 if TM * TN <= 64 and NT * 2 * 128 <= 65536 else 1

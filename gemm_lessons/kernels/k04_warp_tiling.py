@@ -138,8 +138,6 @@ def make_thread_tile(BM, BN, BK, WM, WN, TM, TN):
     RA = (2, TM)                      # register fragments, two sets (k even, k odd)
     RB = (2, TN)
     _, _, A_ROWS, B_ROWS = tiles.loads(vec=4)   # tile rows the block loads per float4 step
-    if BK % 2:
-        raise ValueError(f"BK={BK}: the k loop takes two k per trip, so BK is even")
     # registers: at most 65536 / (NT * MIN_BLOCKS) per thread; more than 64 accumulators
     # need more than 128 registers, so such a block has an SM to itself
     MIN_BLOCKS = 2 if TM * TN <= 64 and NT * 2 * 128 <= 65536 else 1

@@ -1,0 +1,59 @@
+"""Lesson 04's demonstrations, above the API: the deliberate bug of the float4 steps, and
+a launch of any lesson-04 kernel traced in the simulator (bank counters, loop events).
+
+    from gemm_lessons.labs import k04
+    print(k04.unpadded_failure())      # the launcher without its copy: misaligned address
+"""
+from __future__ import annotations
+
+import re
+
+import torch
+
+from .. import common, counters, engines, harness
+from ..common import cdiv
+from ..kernels import k04_tiles
+
+RAGGED = harness.Case("ragged", 21, 24, 19, hint="K % 4 != 0: rows of A not 16-byte aligned")
+
+
+def _unpadded_here():
+    from ..kernels.k04_vectorized import launch_unpadded
+    try:
+        harness.check(launch_unpadded, "launch_unpadded", cases=[RAGGED])
+    except IndexError as exc:            # the simulator's (and the GPU's) misaligned address
+        # the instruction and the error, without the thread that met it first (any thread)
+        m = re.search(r"(\w+): misaligned address", str(exc))
+        return f"{type(exc).__name__}: {m.group(0) if m else str(exc).splitlines()[0]}"
+    return "no error: the float4 loads happened to be aligned"
+
+
+def unpadded_failure() -> str:
+    """``k04_vectorized`` launched without the copy into float4-ready buffers, on a
+    21 x 24 x 19 product: the error line. Always run in the simulator (on a GPU the
+    misaligned load is fatal to the CUDA context of the process)."""
+    return common.run_on_simulator("gemm_lessons.labs.k04:_unpadded_here")
+
+
+def _trace_here(name, cfg, M, N, K, seed):
+    from ..kernels import k04_register_tiling as lesson
+    make = {k.name: k.source for k in lesson.KERNELS}[name]
+    kernel = make(**cfg)
+    a, b = harness.make_operands(M, N, K, seed=seed)
+    c = torch.full((M, N), float("nan"))
+    tiles = k04_tiles.Tiles(**cfg)
+    grid = (cdiv(N, cfg["BN"]), cdiv(M, cfg["BM"]))
+    vector = name not in ("k04_1d_tiling", "k04_2d_tiling")
+    a4, b4 = (k04_tiles.padded4(a), k04_tiles.padded4(b)) if vector else (a, b)
+    args = [engines.as_numba(x) for x in (a4, b4, c)] + ([1] if vector else [])
+    with counters.trace(A=a4, B=b4, C=c) as t:
+        kernel[grid, tiles.threads](*args)
+    ok = harness.compare(c, harness.reference(a, b), a, b, torch.float32)[0]
+    return t, bool(ok)
+
+
+def trace(name, cfg, M, N, K, *, seed=0):
+    """(trace, correct) of one launch of lesson-04 kernel ``name`` with tile sizes ``cfg``
+    (any, e.g. its GPU configuration) on seeded M x N x K inputs, in the simulator."""
+    return counters.run_simulated("gemm_lessons.labs.k04:_trace_here", name, dict(cfg),
+                                  M, N, K, seed)
