@@ -1,10 +1,7 @@
 """Lesson 04: every step correct on the shape suite, the simulator running each kernel's GPU
 loop, fragments and accumulators in registers, 128-bit loads where the lesson says so, one
 barrier per tile in the overlapped loop, the deliberate bug caught."""
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -54,7 +51,7 @@ def test_tile_sizes_are_checked_with_the_rule_named():
     with pytest.raises(ValueError, match="needs 16 lanes, not 32"):
         Tiles(BM=128, BN=128, BK=8, WM=32, WN=32, TM=8, TN=8)
     with pytest.raises(ValueError, match="4 x 4"):
-        Tiles(BM=128, BN=128, BK=8, WM=64, WN=12, TM=8, TN=6)
+        Tiles(BM=128, BN=96, BK=8, WM=64, WN=48, TM=8, TN=6)
     with pytest.raises(ValueError, match="positive"):
         Tiles(BM=0, BN=128, BK=8, TM=8)
     with pytest.raises(ValueError, match="do not split evenly"):
@@ -123,18 +120,8 @@ def _count(text, op):
 
 @pytest.fixture(scope="module")
 def ptx():
-    """sm_90 PTX of every step's GPU configuration, compiled in one child process (the
-    simulator cannot compile)."""
-    code = ("import sys, json, gemm_lessons; from gemm_lessons import compiled; "
-            f"json.dump({{n: compiled._compile_here(n, (9, 0)) for n in {STEPS!r}}}, sys.stdout)")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("NUMBA_ENABLE_CUDASIM", "TRITON_INTERPRET")}
-    env["GEMM_LESSONS_ENGINE"] = "compile"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    import json
-    return json.loads(proc.stdout)
+    """sm_90 PTX of every step's GPU configuration, compiled in one (child) process."""
+    return lab.ptx_of(STEPS, (9, 0))
 
 
 @pytest.mark.parametrize("name", STEPS)
@@ -179,7 +166,11 @@ def test_each_shared_load_feeds_more_fmas(ptx):
         loads = _count(text, "ld.shared.f32") + _count(text, "ld.shared.v4.f32")
         return _count(text, "fma.rn.f32") / loads
     assert ratio(ptx["k04_2d_tiling"]) >= 4                      # lesson 02: 1 FMA per 2 loads
-    assert ratio(ptx["k04_register_tiling"]) == pytest.approx(128 / 6)   # 8 x 16 per 6 float4s
+    # the finished loop: (TM + TN) / 4 float4 loads per k, 2 * BK k per trip, + the first k's
+    cfg = GPU_CONFIGS["k04_register_tiling"]
+    loads = _count(ptx["k04_register_tiling"], "ld.shared.v4.f32")
+    assert loads == (2 * cfg["BK"] + 1) * (cfg["TM"] + cfg["TN"]) // 4
+    assert ratio(ptx["k04_register_tiling"]) > 20
 
 
 def test_finished_kernel_fits_an_sm(ptx):
