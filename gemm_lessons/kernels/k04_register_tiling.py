@@ -208,7 +208,7 @@ def register_tiling(a, b, c, **cfg):
 # (here, in the order a learner meets them; the step modules hold no entries of their own)
 from . import FP32, Kernel  # noqa: E402
 from .k04_double_buffer import double_buffer, make_double_buffer  # noqa: E402
-from .k04_tiles import GPU_CONFIGS, SIG, SIG_VEC  # noqa: E402
+from .k04_tiles import GPU_CONFIGS, SIM_CONFIGS, SIG, SIG_VEC  # noqa: E402,F401
 from .k04_tiling import make_1d_tiling, make_2d_tiling, tiling_1d, tiling_2d  # noqa: E402
 from .k04_vectorized import make_vectorized, vectorized  # noqa: E402
 from .k04_warp_tiling import make_thread_tile, make_warp_tiling, thread_tile, warp_tiling  # noqa: E402
