@@ -150,11 +150,12 @@ def main_loop_mix(sass_text):
     return dict(best)
 
 
-# H200 (compute capability 9.0) per-SM limits, from NVIDIA's CUDA C++ Programming Guide,
-# "Technical Specifications per Compute Capability": 65536 32-bit registers per SM,
-# allocated per warp in units of 256; 255 registers per thread at most; 228 KB of shared
-# memory per SM, 227 KB per block at most, 1 KB of it reserved per block by the system;
-# 2048 resident threads (64 warps); 32 resident blocks.
+# H200 (compute capability 9.0) per-SM limits, from NVIDIA's CUDA C++ Programming Guide
+# ("Technical Specifications per Compute Capability"; "Compute Capability 9.0", shared
+# memory): 65536 32-bit registers per SM; 255 registers per thread at most; 228 KB of shared
+# memory per SM, 227 KB per block at most, 1 KB reserved per block for the system; 2048
+# resident threads (64 warps); 32 resident blocks. Registers go to warps in units of 256
+# (the allocation granularity of NVIDIA's occupancy calculator).
 H200_LIMITS = dict(registers=65536, reg_unit=256, smem=228 * 1024, smem_block=227 * 1024,
                    smem_reserved=1024, threads=2048, blocks=32)
 
