@@ -184,3 +184,107 @@ def wmma_fragment_plot(lanes=(0, 5)):
                  fontsize=11)
     fig.tight_layout()
     return fig
+# ------------------------------------------------------------------ lesson 04's pictures
+def outer_product_plot(TM=8, TN=16, ax=None):
+    """One k of a thread's register tile: TM values of A's column k (rA) and TN values of
+    B's row k (rB), loaded once each, meet in TM x TN multiply-adds into ``acc``."""
+    import numpy as np
+    from matplotlib.patches import Rectangle
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 4.2))
+    ax.set_aspect("equal")
+    ax.axis("off")
+    for i in range(TM):                       # rA: a column, left of the tile
+        ax.add_patch(Rectangle((-2, i), 1, 1, fc="tab:blue", ec="white", alpha=0.7))
+    for j in range(TN):                       # rB: a row, above the tile
+        ax.add_patch(Rectangle((j, -2), 1, 1, fc="tab:orange", ec="white", alpha=0.7))
+    shade = np.add.outer(np.arange(TM), np.arange(TN)) / (TM + TN)
+    for i in range(TM):
+        for j in range(TN):
+            ax.add_patch(Rectangle((j, i), 1, 1, fc=plt.cm.Greens(0.3 + 0.4 * shade[i, j]),
+                                   ec="white"))
+    ax.text(-1.5, TM + 0.9, f"rA\n{TM} values\n({TM // 4} float4)", ha="center", va="top",
+            fontsize=8)
+    ax.text(TN + 0.3, -1.5, f"rB: {TN} values ({TN // 4} float4)", va="center", fontsize=8)
+    ax.text(TN / 2, TM + 0.9, f"acc[i, j] += rA[i] * rB[j]: {TM * TN} FMAs per "
+            f"{(TM + TN) // 4} shared loads", ha="center", va="top", fontsize=9)
+    ax.set_xlim(-2.5, TN + 6)
+    ax.set_ylim(TM + 3, -2.5)
+    ax.set_title(f"one k of a {TM} x {TN} register tile", fontsize=10)
+    return ax
+
+
+def warp_tile_map(BM, BN, WM, WN, TM, TN, lanes=(0, 1), ax=None):
+    """Which outputs of a BM x BN block tile each warp computes (colours), and the TM x TN
+    outputs of some lanes of warp 0 (dots): (TM/4) x (TN/4) blocks of 4 x 4, spaced
+    4*(WM/TM) rows and 4*(WN/TN) columns apart."""
+    import numpy as np
+    if ax is None:
+        _, ax = plt.subplots(figsize=(6, 6 * BM / BN + 0.6))
+    LM, LN, warps_n = WM // TM, WN // TN, BN // WN
+    owner = np.zeros((BM, BN))
+    for wm in range(BM // WM):
+        for wn in range(warps_n):
+            owner[wm * WM:(wm + 1) * WM, wn * WN:(wn + 1) * WN] = wm * warps_n + wn
+    ax.imshow(owner, cmap="Pastel1", interpolation="nearest")
+    for lane, colour in zip(lanes, ("black", "tab:blue", "tab:red", "tab:green")):
+        am, bn = (lane // LN) * 4, (lane % LN) * 4
+        rows = [am + g * 4 * LM + i for g in range(TM // 4) for i in range(4)]
+        cols = [bn + h * 4 * LN + j for h in range(TN // 4) for j in range(4)]
+        ax.scatter([c for r in rows for c in cols], [r for r in rows for c in cols], s=2,
+                   c=colour, label=f"warp 0, lane {lane}: {TM} x {TN} outputs")
+    ax.set_title(f"{BM} x {BN} block tile: {(BM // WM) * warps_n} warps of {WM} x {WN}, "
+                 f"lanes in a {LM} x {LN} grid", fontsize=10)
+    ax.set_xlabel("column of the block tile")
+    ax.set_ylabel("row")
+    ax.legend(loc="lower left", fontsize=8)
+    return ax
+
+
+def overlapped_loop_plot(BK=8, tiles=2, ax=None):
+    """The overlapped main loop over ``tiles`` tiles: per k step, the fragment loads of the
+    next k (shared -> registers) beside the multiply-adds of this k; before each tile's
+    last step, the next tile stored to the other buffer and the one barrier."""
+    from matplotlib.patches import Rectangle
+    if ax is None:
+        _, ax = plt.subplots(figsize=(9, 2.6))
+    lanes = {"FMA (this k)": 2, "LDS fragments (next k)": 1, "tile: store, barrier": 0}
+    for t in range(tiles):
+        for j in range(BK):
+            x = t * BK + j
+            ax.add_patch(Rectangle((x, 2), 0.95, 0.8, fc="tab:green", alpha=0.6))
+            ax.text(x + 0.47, 2.4, f"k{j}", ha="center", va="center", fontsize=7)
+            nxt = f"k{j + 1}" if j < BK - 1 else "k0'"
+            ax.add_patch(Rectangle((x, 1), 0.95, 0.8, fc="tab:orange", alpha=0.6))
+            ax.text(x + 0.47, 1.4, nxt, ha="center", va="center", fontsize=7)
+        x = t * BK + BK - 1
+        ax.add_patch(Rectangle((x - 0.5, 0), 0.45, 0.8, fc="tab:blue", alpha=0.6))
+        ax.plot([x - 0.02] * 2, [-0.1, 2.9], color="black", lw=1.5)
+        ax.text(x - 0.02, -0.35, "barrier", ha="center", fontsize=7)
+    ax.set_yticks([lanes[k] + 0.4 for k in lanes], list(lanes), fontsize=8)
+    ax.set_xticks([t * BK for t in range(tiles)], [f"tile {t}" for t in range(tiles)])
+    ax.set_xlim(-0.2, tiles * BK)
+    ax.set_ylim(-0.6, 3)
+    for s in ("top", "right"):
+        ax.spines[s].set_visible(False)
+    ax.set_title("overlapped main loop: the last step of a tile hides the next tile's first "
+                 "loads", fontsize=10)
+    ax.figure.tight_layout()
+    return ax
+
+
+def occupancy_plot(rows, ax=None):
+    """Warps resident per SM for ``[(kernel, warps per SM, limiting resource), ...]``."""
+    if ax is None:
+        _, ax = plt.subplots(figsize=(7, 0.45 * len(rows) + 1))
+    names = [r[0] for r in rows][::-1]
+    warps = [r[1] for r in rows][::-1]
+    ax.barh(names, warps, color="tab:purple", alpha=0.7)
+    for y, (w, why) in enumerate(zip(warps, [r[2] for r in rows][::-1])):
+        ax.text(w + 0.5, y, f"{w} ({why})", va="center", fontsize=8)
+    ax.set_xlim(0, 72)
+    ax.axvline(64, color="grey", ls=":")
+    ax.set_xlabel("warps resident per SM (64 at most)")
+    ax.set_title("occupancy from the ptxas report", fontsize=10)
+    ax.figure.tight_layout()
+    return ax
