@@ -29,10 +29,10 @@ from packaging.version import Version
 ROOT = Path(__file__).resolve().parents[1]
 INDEX = "https://pypi.org/simple"
 PYTHONS = ("3.11", "3.12", "3.13")
-# pip expands a --platform only to itself: list the manylinux tags a glibc-2.28 x86_64
-# machine accepts that the wheels of these packages carry
-PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64",
-             "manylinux_2_17_x86_64", "manylinux2014_x86_64", "linux_x86_64")
+# pip takes a --platform as that one tag only: list every tag a glibc-2.28 x86_64 machine
+# accepts (nvidia's wheels carry several of them)
+PLATFORMS = tuple(f"manylinux_2_{minor}_x86_64" for minor in range(28, 16, -1)) + (
+    "manylinux2014_x86_64", "linux_x86_64")
 CACHE_SECONDS = 24 * 3600
 PIP_TIMEOUT = 900
 
