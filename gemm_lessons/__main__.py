@@ -218,7 +218,8 @@ def cmd_ptx(args):
     if args.resources:
         rep = compiled.ptxas_report(text, args.cc)
         if rep is None:
-            print("ptxas not found: install numba-cuda[cu13] (or put CUDA's ptxas on PATH)")
+            print("ptxas not found: pip install 'cuda-toolkit[nvcc]==13.*' "
+                  "(or put CUDA's ptxas on PATH)")
         else:
             print(f"{args.name} for sm_{sm}: " + ", ".join(f"{k} {v}" for k, v in rep.items()))
         return 0
