@@ -106,7 +106,9 @@ def matmul(a, b, kernel="k01_coalesced", *, out=None):
                 or not out.is_contiguous():
             raise ValueError(f"out must be a contiguous ({M}, {N}) {_dt(a.dtype)} tensor on "
                              f"{a.device}; got {tuple(out.shape)} {_dt(out.dtype)} on {out.device}")
-    entry.launch(a, b, out)
+    from .guard import run as guarded   # on the simulator: a size warning, progress
+    guarded(entry, "gl.matmul", 1, M, N, a.shape[1],
+            lambda _, rows: entry.launch(a[rows], b, out[rows]))
     return out
 
 
@@ -190,7 +192,10 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None,
     b3 = (b if b.dim() == 3 else b.unsqueeze(0)).expand(B, K, N)
     c3 = None if c is None else (c if c.dim() == 3 else c.unsqueeze(0)).expand(B, M, N)
     out = torch.empty(B, M, N, dtype=a.dtype, device=a.device)
-    entry.gemm(a3, b3, c3, out, float(alpha), float(beta), bias, activation)
+    from .guard import run as guarded   # on the simulator: a size warning, progress
+    guarded(entry, "gl.gemm", B, M, N, K, lambda bs, rows: entry.gemm(
+        a3[bs, rows], b3[bs], None if c3 is None else c3[bs, rows], out[bs, rows],
+        float(alpha), float(beta), bias, activation))
     return out if batched else out[0]
 
 
