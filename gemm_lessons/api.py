@@ -9,8 +9,11 @@ import torch
 from . import engines as _backend
 from . import harness as _harness
 from . import registry as _registry
+from .common import dtype_name as _dt
+from .common import run_on_simulator
 
-__all__ = ["kernels", "matmul", "gemm", "check", "check_anywhere", "runs_here", "bench", "show_source", "ACTIVATIONS"]
+__all__ = ["kernels", "matmul", "gemm", "check", "check_anywhere", "check_alpha_beta",
+           "runs_here", "bench", "show_source", "show_diff", "ACTIVATIONS"]
 
 ACTIVATIONS = (None, "relu", "gelu", "leaky_relu")
 
@@ -22,10 +25,6 @@ def kernels():
 
 class UnsupportedDevice(ValueError):
     """The GPU lacks an instruction the kernel needs (its compute capability is too low)."""
-
-
-def _dt(d):
-    return str(d).replace("torch.", "")
 
 
 def _check_tensor(what, t, entry, ndims=(2,)):
@@ -217,17 +216,33 @@ def check_anywhere(kernel):
     return _check_in_child(entry.name)
 
 
+def _check_line(name):
+    return str(check(name))
+
+
 def _check_in_child(name):
-    """``check(name)`` in a child process on the simulator and Triton's interpreter."""
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ, GEMM_LESSONS_ENGINE="simulator")
-    code = f"import gemm_lessons as gl\nprint(gl.check({name!r}))\n"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"checking {name} on the simulator failed:\n" + proc.stderr[-3000:])
-    return proc.stdout.strip()
+    """The line ``check(name)`` prints, on the simulator and Triton's interpreter (in a
+    child process unless this one simulates)."""
+    return run_on_simulator("gemm_lessons.api:_check_line", name)
+
+
+def check_alpha_beta(kernel, dtype, M, N, K, *, seed=5):
+    """BLAS's epilogue contract for a kernel that offers ``alpha`` and ``beta`` through
+    :func:`gemm`: returns (relative error of ``0.5 * A @ B - 2 * C`` against float64,
+    whether ``beta == 0`` ignored a C full of NaN, whether ``alpha == 0`` ignored an A full
+    of NaN and returned exactly C)."""
+    gen = torch.Generator().manual_seed(seed)
+    dev = _backend.device()
+    a, b, c = (torch.randn(*s, generator=gen).to(dtype).to(dev)
+               for s in ((M, K), (K, N), (M, N)))
+    out = gemm(a, b, c, alpha=0.5, beta=-2.0, kernel=kernel)
+    ref = 0.5 * (a.double() @ b.double()) - 2.0 * c.double()
+    rel = _harness.compare(out, ref, a, b, dtype)[1]
+    nan_c = torch.full_like(c, float("nan"))
+    beta0 = bool(torch.isfinite(gemm(a, b, nan_c, alpha=1.0, beta=0.0, kernel=kernel)).all())
+    nan_a = torch.full_like(a, float("nan"))
+    alpha0 = torch.equal(gemm(nan_a, b, c, alpha=0.0, beta=1.0, kernel=kernel), c)
+    return rel, beta0, alpha0
 
 
 def bench(kernel, M=4096, N=None, K=None, dtype=None, *, baseline=True):
