@@ -12,8 +12,7 @@ from . import registry as _registry
 from .common import dtype_name as _dt
 from .common import run_on_simulator
 
-__all__ = ["kernels", "matmul", "gemm", "check", "check_anywhere", "check_alpha_beta",
-           "runs_here", "bench", "show_source", "show_diff", "ACTIVATIONS"]
+__all__ = ["kernels", "matmul", "gemm", "check", "check_anywhere", "runs_here", "bench", "show_source", "show_diff", "ACTIVATIONS"]
 
 ACTIVATIONS = (None, "relu", "gelu", "leaky_relu")
 
@@ -224,25 +223,6 @@ def _check_in_child(name):
     """The line ``check(name)`` prints, on the simulator and Triton's interpreter (in a
     child process unless this one simulates)."""
     return run_on_simulator("gemm_lessons.api:_check_line", name)
-
-
-def check_alpha_beta(kernel, dtype, M, N, K, *, seed=5):
-    """BLAS's epilogue contract for a kernel that offers ``alpha`` and ``beta`` through
-    :func:`gemm`: returns (relative error of ``0.5 * A @ B - 2 * C`` against float64,
-    whether ``beta == 0`` ignored a C full of NaN, whether ``alpha == 0`` ignored an A full
-    of NaN and returned exactly C)."""
-    gen = torch.Generator().manual_seed(seed)
-    dev = _backend.device()
-    a, b, c = (torch.randn(*s, generator=gen).to(dtype).to(dev)
-               for s in ((M, K), (K, N), (M, N)))
-    out = gemm(a, b, c, alpha=0.5, beta=-2.0, kernel=kernel)
-    ref = 0.5 * (a.double() @ b.double()) - 2.0 * c.double()
-    rel = _harness.compare(out, ref, a, b, dtype)[1]
-    nan_c = torch.full_like(c, float("nan"))
-    beta0 = bool(torch.isfinite(gemm(a, b, nan_c, alpha=1.0, beta=0.0, kernel=kernel)).all())
-    nan_a = torch.full_like(a, float("nan"))
-    alpha0 = torch.equal(gemm(nan_a, b, c, alpha=0.0, beta=1.0, kernel=kernel), c)
-    return rel, beta0, alpha0
 
 
 def bench(kernel, M=4096, N=None, K=None, dtype=None, *, baseline=True):

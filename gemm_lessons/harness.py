@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 import torch
 
 from . import engines as _backend
+from . import registry
 from .common import dtype_name
 
 __all__ = ["TOLERANCE", "Case", "shape_suite", "make_operands", "reference", "compare",
-           "CheckError", "CheckReport", "check", "BenchResult", "bench", "time_cuda",
+           "CheckError", "CheckReport", "check", "check_alpha_beta", "BenchResult", "bench", "time_cuda",
            "time_cuda_pair",
            "cublas_matmul", "tflops"]
 
@@ -120,6 +121,31 @@ def compare(c, ref, a, b, dtype):
     ok = (not bool(bad.any()) and math.isfinite(rel)
           and err_norm <= tol * ref_norm + floor * math.sqrt(ref.numel()))
     return ok, rel, bad
+
+
+def check_alpha_beta(kernel, dtype, M, N, K, *, seed=5):
+    """BLAS's epilogue contract for a registered kernel with a ``gemm`` hook (what
+    ``gl.gemm`` launches): returns (relative error of ``0.5 * A @ B - 2 * C`` against
+    float64, whether ``beta == 0`` ignored a C full of NaN, whether ``alpha == 0`` ignored
+    an A full of NaN and returned exactly C)."""
+    entry = registry.get(kernel)
+    gen = torch.Generator().manual_seed(seed)
+    dev = _backend.device()
+    a, b, c = (torch.randn(*s, generator=gen).to(dtype).to(dev)
+               for s in ((M, K), (K, N), (M, N)))
+
+    def gemm(a, b, c, alpha, beta):
+        out = torch.full((1, M, N), float("nan"), dtype=dtype, device=dev)
+        entry.gemm(a[None], b[None], c[None], out, alpha, beta, None, None)
+        return out[0]
+    out = gemm(a, b, c, 0.5, -2.0)
+    ref = 0.5 * (a.double() @ b.double()) - 2.0 * c.double()
+    rel = compare(out, ref, a, b, dtype)[1]
+    nan_c = torch.full_like(c, float("nan"))
+    beta0 = bool(torch.isfinite(gemm(a, b, nan_c, 1.0, 0.0)).all())
+    nan_a = torch.full_like(a, float("nan"))
+    alpha0 = torch.equal(gemm(nan_a, b, c, 0.0, 1.0), c)
+    return rel, beta0, alpha0
 
 
 class CheckError(AssertionError):

@@ -19,10 +19,10 @@ schedule differ, and they are lesson 08's (``k08_triton_tma``):
   the next tile's first loads are in flight during this tile's epilogue.
 
 The epilogue stores through pointers (masked), as k09_fused_epilogue does, so C, bias and
-the output may have any strides. ``EPILOGUE_SUBTILE`` (on in the GPU configuration) runs
-the epilogue on the two 128 x 128 halves of the 128 x 256 tile one after the other: the
-whole-tile gelu needs more than 255 registers a thread and spills (45 spill stores compiled
-for sm_90 by Triton 3.6), the halves do not.
+the output may have any strides. ``EPILOGUE_SUBTILE`` (on in every configuration) runs
+the epilogue on the two halves of the tile one after the other: on the GPU's 128 x 256
+tile the whole-tile gelu needs more registers than a thread may have and spills, the halves
+do not (``asm_job`` compiles it: ptxas's report shows the spills).
 
 Batches: ``gl.gemm`` hands the kernel (B, M, K) and (B, K, N) views. An operand with a
 real batch (batch stride not 0) gets a 3-D descriptor, (B, rows, cols) with a block of
