@@ -9,8 +9,10 @@ import torch
 from . import engines as _backend
 from . import harness as _harness
 from . import registry as _registry
+from .common import dtype_name as _dt
+from .common import run_on_simulator
 
-__all__ = ["kernels", "matmul", "gemm", "check", "check_anywhere", "runs_here", "bench", "show_source", "ACTIVATIONS"]
+__all__ = ["kernels", "matmul", "gemm", "check", "check_anywhere", "runs_here", "bench", "show_source", "show_diff", "ACTIVATIONS"]
 
 ACTIVATIONS = (None, "relu", "gelu", "leaky_relu")
 
@@ -22,10 +24,6 @@ def kernels():
 
 class UnsupportedDevice(ValueError):
     """The GPU lacks an instruction the kernel needs (its compute capability is too low)."""
-
-
-def _dt(d):
-    return str(d).replace("torch.", "")
 
 
 def _check_tensor(what, t, entry, ndims=(2,)):
@@ -222,17 +220,14 @@ def check_anywhere(kernel):
     return _check_in_child(entry.name)
 
 
+def _check_line(name):
+    return str(check(name))
+
+
 def _check_in_child(name):
-    """``check(name)`` in a child process on the simulator and Triton's interpreter."""
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ, GEMM_LESSONS_ENGINE="simulator")
-    code = f"import gemm_lessons as gl\nprint(gl.check({name!r}))\n"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"checking {name} on the simulator failed:\n" + proc.stderr[-3000:])
-    return proc.stdout.strip()
+    """The line ``check(name)`` prints, on the simulator and Triton's interpreter (in a
+    child process unless this one simulates)."""
+    return run_on_simulator("gemm_lessons.api:_check_line", name)
 
 
 def bench(kernel, M=4096, N=None, K=None, dtype=None, *, baseline=True):
