@@ -40,6 +40,20 @@ def test_other_tiles_and_depths_are_correct(cfg):
     assert harness.check(run, f"k06_wgmma {cfg}", (torch.float16,), cases).ok
 
 
+def test_the_simulator_configuration_differs_only_in_tile_sizes():
+    gpu, sim = k06w.GPU_CONFIG, k06w.SIM_CONFIG
+    differ = {f for f in vars(gpu) if getattr(gpu, f) != getattr(sim, f)}
+    assert type(gpu) is type(sim) and differ <= {"BM", "BN"}   # same stages, same waits
+
+
+@pytest.mark.skipif(not SIM, reason="the GPU runs its own configuration in every test")
+def test_the_gpu_configuration_itself_is_correct_on_the_simulator():
+    # two warpgroups, m64n256k16: the very loop the GPU runs, on one small ragged shape
+    run = lambda a, b, out: k06w.run(a, b, None, out, config=k06w.GPU_CONFIG)  # noqa: E731
+    case = harness.Case("ragged, two tiles", 70, 40, 100)
+    assert harness.check(run, NAME, (torch.float16,), [case]).ok
+
+
 def test_the_checkpoint_prints_the_same_line_on_any_machine():
     # on an Ampere GPU, check_anywhere runs the check in a simulator child process
     want = "k06_wgmma: correct on 9 shapes (bfloat16, float16)"
@@ -84,9 +98,13 @@ def test_wgmma_runs_on_hopper_only():
 
 def test_bad_arguments_get_clear_errors():
     with pytest.raises(ValueError, match="BM a multiple of 64"):
-        k06w.make_kernel(BM=96)
+        k06w.WgmmaConfig(BM=96)
+    with pytest.raises(ValueError, match="BN 64, 128, 192 or 256"):
+        k06w.WgmmaConfig(BN=100)
+    with pytest.raises(ValueError, match="STAGES >= 3"):
+        k06w.WgmmaConfig(STAGES=2)
     with pytest.raises(ValueError, match="multiple of 8 rows apart"):
-        k06w.make_kernel(BM=64, BN=256)
+        k06w.WgmmaConfig(BM=64, BN=256)
     if SIM:
         acc = np.zeros(32, np.float32)
         s = np.zeros(64 * 64, np.float16)

@@ -48,7 +48,8 @@ SIM_CONFIG = PipelineConfig(BM=32, BN=32, BK=64, WM=16, WN=16, STAGES=2)     # t
 def make_kernel(cfg, bf16=False):
     """The double-buffered cp.async kernel feeding WMMA, for one :class:`PipelineConfig`
     with STAGES = 2 (fp16, or bf16 with ``bf16=True``)."""
-    BM, BN, BK, WM, WN, STAGES = cfg.BM, cfg.BN, cfg.BK, cfg.WM, cfg.WN, cfg.STAGES
+    BM, BN, BK, STAGES, GROUP_M = cfg.BM, cfg.BN, cfg.BK, cfg.STAGES, cfg.GROUP_M
+    WM, WN = cfg.WM, cfg.WN                              # the warp tile
     dt = int16 if bf16 else float16                      # bf16 travels as its 16 bits
     to_f32 = ptx.bf16_to_f32 if bf16 else ptx.f16_to_f32
     to_out = ptx.f32_to_bf16 if bf16 else ptx.f32_to_f16
@@ -87,7 +88,7 @@ def make_kernel(cfg, bf16=False):
         warp, lane = tid // 32, tid % 32
         wm, wn = warp // WARPS_N, warp % WARPS_N
         # -- block order: GROUP_M bands of blocks walk across N together (L2 reuse)
-        bm, bn = grouped_block(cuda.blockIdx.x, M, N, BM, BN, cfg.GROUP_M)
+        bm, bn = grouped_block(cuda.blockIdx.x, M, N, BM, BN, GROUP_M)
 
         for i in range(FM):
             for j in range(FN):
