@@ -4,7 +4,10 @@
 ``cp_async_wait_group`` is wrong on every engine (on the simulator because a copy lands no
 earlier than its issue and no later than its wait, so the read sees the old buffer; on a
 GPU because the read follows the copy's issue by far less than a global-memory latency);
-its twin with the wait is right. The emulation itself: a copy is not visible before the
+its twin with the wait is right. The one that issues the next copy before the barrier, so
+that a fast thread overwrites a buffer slower threads still read, is right when every copy
+lands at its wait and caught when copies land at random moments between issue and wait
+(``ptx.cp_async_landing("random", seed)``). The emulation itself: a copy is not visible before the
 wait that covers it, wait_group(N) lands all but the newest N groups, the zero-filling form
 writes zeros, misaligned or out-of-range copies are refused.
 """
@@ -22,10 +25,28 @@ SIM = not engines.on_gpu()
 
 @pytest.mark.parametrize("seed", [1, 2])
 def test_the_pipeline_with_its_wait_is_right_and_without_it_wrong_here(seed):
-    # on this process's engine: the simulator, or the GPU
-    assert lab.run_column_sums("column_sums", seed=seed)[0]
-    ok, err = lab.run_column_sums("column_sums_missing_wait", seed=seed)
+    # on this process's engine: the simulator (copies landing at their wait), or the GPU
+    with ptx.cp_async_landing("wait"):
+        assert lab.run_column_sums("column_sums", seed=seed)[0]
+        ok, err = lab.run_column_sums("column_sums_missing_wait", seed=seed)
     assert not ok and err > 1e-3
+
+
+@pytest.mark.skipif(not SIM, reason="the landing modes are the simulator's")
+@pytest.mark.parametrize("seed", [0, 1, 2])
+def test_random_landing_catches_a_copy_into_a_buffer_still_being_read(seed):
+    with ptx.cp_async_landing("wait"):           # the bug hides: copies land at the wait
+        assert lab.run_column_sums("column_sums_early_copy", seed=seed)[0]
+    with ptx.cp_async_landing("random", seed):
+        assert lab.run_column_sums("column_sums", seed=seed)[0]      # the rules kept
+        ok, err = lab.run_column_sums("column_sums_early_copy", seed=seed)
+    assert not ok and err > 1e-3
+
+
+def test_the_early_copy_demo_prints_the_same_everywhere():
+    assert lab.early_copy_demo(0) == {
+        "wait": {"column_sums": True, "column_sums_early_copy": True},
+        "random": {"column_sums": True, "column_sums_early_copy": False}}
 
 
 def test_the_missing_wait_demo_prints_the_same_everywhere():

@@ -14,11 +14,20 @@ import pytest
 import torch
 from numba import cuda
 
-from gemm_lessons import compiled, engines, harness, ptx_hopper
+from gemm_lessons import compiled, engines, harness, ptx, ptx_hopper
 from gemm_lessons.kernels import k06_wgmma as k06w
 from gemm_lessons.ptx import PTXUsageError
 
 SIM = not engines.on_gpu()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def copies_land_at_random_moments():
+    # on the simulator every copy lands at a random moment between its issue and its wait
+    # (seeded), so a kernel that overwrote a buffer still in flight or still being read
+    # would fail these checks (on a GPU the hardware decides; this changes nothing there)
+    with ptx.cp_async_landing("random", seed=6):
+        yield
 NAME = "k06_wgmma"
 HOPPER = SIM or engines.engine().capability >= (9, 0)
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="wgmma needs compute capability 9.0")

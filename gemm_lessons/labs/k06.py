@@ -10,12 +10,14 @@ tile and sums column i, which other threads copied, so the barrier matters.
 * :func:`column_sums_missing_wait` - forgets ``cp_async_wait_group``: it reads a buffer
   whose copies have not landed (wrong on every engine);
 * :func:`column_sums_early_copy` - issues the next copy before the barrier: a fast thread
-  overwrites the buffer slower threads are still reading (a race: the simulator shows it
-  when copies land at random moments, see :mod:`gemm_lessons.ptx`).
+  overwrites the buffer slower threads are still reading. A race: right when every copy
+  lands at its wait (the simulator's default), wrong when copies land at random moments
+  between issue and wait (``ptx.cp_async_landing("random", seed)``), as they may on a GPU.
 
 :func:`missing_wait_demo` runs ``copy_timeline`` (one copy, read before and after its
-wait) and the three kernels on the simulator, in a child process where this one runs a GPU
-(:func:`gemm_lessons.common.run_on_simulator`), so it prints the same everywhere.
+wait) and the first two kernels, :func:`early_copy_demo` the first and the third in both
+landing modes; both on the simulator, in a child process where this one runs a GPU
+(:func:`gemm_lessons.common.run_on_simulator`), so they print the same everywhere.
 """
 from __future__ import annotations
 
@@ -25,13 +27,14 @@ import torch
 from numba import cuda, float32
 from numba.types import float16
 
-from .. import engines
+from .. import engines, ptx
 from ..common import run_on_simulator
 from ..ptx import (SMEM_ALIGN, cp_async16, cp_async_commit_group, cp_async_wait_group,
                    f16_to_f32)
 
 __all__ = ["copy_timeline", "column_sums", "column_sums_missing_wait",
-           "column_sums_early_copy", "run_column_sums", "missing_wait_demo"]
+           "column_sums_early_copy", "run_column_sums", "missing_wait_demo",
+           "early_copy_demo"]
 
 ROWS, COLS = 8, 64            # one tile: 8 rows of 64 halves, 64 chunks of 16 bytes
 TILE = ROWS * COLS
@@ -131,17 +134,33 @@ def run_column_sums(name="column_sums", T=16, seed=0):
     return ok, (err if err == err else float("inf"))
 
 
-def _demo_here():
-    g = torch.arange(1, 9, dtype=torch.float16)
-    out = torch.zeros(2, dtype=torch.float16)
-    copy_timeline[1, 32](engines.as_numba(g), engines.as_numba(out))
-    sums = {name: run_column_sums(name)[0] for name in
-            ("column_sums", "column_sums_missing_wait")}
+def _missing_wait_here():
+    with ptx.cp_async_landing("wait"):             # every copy lands at its wait
+        g = torch.arange(1, 9, dtype=torch.float16)
+        out = torch.zeros(2, dtype=torch.float16)
+        copy_timeline[1, 32](engines.as_numba(g), engines.as_numba(out))
+        sums = {name: run_column_sums(name)[0] for name in
+                ("column_sums", "column_sums_missing_wait")}
     return {"before": float(out[0]), "after": float(out[1]), "correct": sums}
 
 
 def missing_wait_demo():
-    """What a kernel that forgets ``cp_async_wait_group`` reads, on the simulator (whose
-    cp.async lands a copy no earlier than its issue and no later than the wait that covers
-    it): ``{"before": ..., "after": ..., "correct": {kernel name: bool}}``."""
-    return run_on_simulator("gemm_lessons.labs.k06:_demo_here")
+    """What a kernel that forgets ``cp_async_wait_group`` reads, on the simulator with every
+    copy landing at its wait: ``{"before": ..., "after": ..., "correct": {kernel: bool}}``."""
+    return run_on_simulator("gemm_lessons.labs.k06:_missing_wait_here")
+
+
+def _early_copy_here(seed):
+    found = {}
+    for mode in ("wait", "random"):
+        with ptx.cp_async_landing(mode, seed):
+            found[mode] = {name: run_column_sums(name)[0] for name in
+                           ("column_sums", "column_sums_early_copy")}
+    return found
+
+
+def early_copy_demo(seed=0):
+    """``{landing mode: {kernel: correct}}`` for ``column_sums`` and
+    ``column_sums_early_copy``, on the simulator with copies landing at their wait and at
+    random moments (seeded)."""
+    return run_on_simulator("gemm_lessons.labs.k06:_early_copy_here", seed)
