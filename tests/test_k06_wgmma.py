@@ -84,7 +84,7 @@ def test_gemm_alpha_beta_follow_blas():
 def test_ptx_is_wgmma_with_descriptors_fences_and_waits():
     text = compiled.ptx(NAME, (9, 0))
     assert ".target sm_90a" in text                      # wgmma is arch-specific
-    n = k06w.GPU_CONFIG["BN"]
+    n = k06w.GPU_CONFIG.BN
     assert text.count(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16") == 4
     for op in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned",
                "wgmma.wait_group.sync.aligned 1", "wgmma.wait_group.sync.aligned 0",
