@@ -72,8 +72,11 @@ class PipelineConfig:
 def engine_config(gpu, sim, overrides=None):
     """``gpu`` on a GPU, ``sim`` on the simulator, with ``overrides`` (a dict of fields,
     or a whole configuration) applied."""
-    if overrides is not None and not isinstance(overrides, dict):
+    if isinstance(overrides, type(gpu)):
         return overrides
+    if overrides is not None and not isinstance(overrides, dict):
+        raise TypeError(f"config must be a {type(gpu).__name__} or a dict of its fields, "
+                        f"got {type(overrides).__name__}")
     return (gpu if engines.on_gpu() else sim).replace(**(overrides or {}))
 
 
