@@ -30,8 +30,9 @@ from numba import cuda, float32, int16, int32
 from numba.types import float16
 
 from .. import ptx
-from ..ptx import (FRAG_AB, FRAG_C, SMEM_ALIGN, cp_async16_zfill, cp_async_commit_group,
-                   cp_async_wait_group, wmma_load_a, wmma_load_b, wmma_mma, wmma_store_d)
+from ..ptx import (FRAG_AB, FRAG_C, WMMA_SMEM_ALIGN, cp_async16_zfill,
+                   cp_async_commit_group, cp_async_wait_group, wmma_load_a, wmma_load_b,
+                   wmma_mma, wmma_store_d)
 from . import FP16_BF16, Kernel
 from .tc_common import PipelineConfig, engine_config, grouped_block, launch, ptx_hook
 
@@ -72,8 +73,8 @@ def make_kernel(cfg, bf16=False):
     def cp_async_gemm(A, B, C, Out, M, N, K, lda, ldb, alpha, beta):
         # A: (M, K) and B: (K, N) as flat arrays with row strides lda, ldb (16-byte rows);
         # C: read when beta != 0; Out: (M, N), written; alpha, beta: float32
-        smem = cuda.shared.array(0, dt, alignment=SMEM_ALIGN)     # STAGES x (sA, sB)
-        sC = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)  # epilogue (same memory)
+        smem = cuda.shared.array(0, dt, alignment=WMMA_SMEM_ALIGN)  # STAGES x (sA, sB)
+        sC = cuda.shared.array(0, float32, alignment=WMMA_SMEM_ALIGN)  # epilogue, same memory
         rA = cuda.local.array((FM, FRAG_AB), dt)              # this warp's fragments
         rB = cuda.local.array((FN, FRAG_AB), dt)
         acc = cuda.local.array((FM, FN, FRAG_C), float32)

@@ -36,8 +36,9 @@ from numba.types import float16
 from .. import engines
 from .. import ptx
 from ..ptx import cp_async16_zfill, cp_async_commit_group, cp_async_wait_group
-from ..ptx_hopper import (SMEM_ALIGN, fence_proxy_async, swizzle128, wgmma_commit_group,
-                          wgmma_fence, wgmma_mma, wgmma_store_d, wgmma_wait_group)
+from ..ptx_hopper import (SWIZZLE_SMEM_ALIGN, fence_proxy_async, swizzle128,
+                          wgmma_commit_group, wgmma_fence, wgmma_mma, wgmma_store_d,
+                          wgmma_wait_group)
 from . import FP16_BF16, Kernel
 from .tc_common import engine_config, grouped_block, launch, ptx_hook
 
@@ -125,8 +126,8 @@ def make_kernel(cfg, bf16=False):
     def wgmma_gemm(A, B, C, Out, M, N, K, lda, ldb, alpha, beta):
         # A: (M, K), B: (K, N) as flat arrays with row strides lda, ldb (16-byte rows);
         # C: read when beta != 0; Out: (M, N); alpha, beta: float32
-        smem = cuda.shared.array(0, dt, alignment=SMEM_ALIGN)   # STAGES x (A, B) tiles
-        sC = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)  # epilogue (same memory)
+        smem = cuda.shared.array(0, dt, alignment=SWIZZLE_SMEM_ALIGN)  # STAGES x (A, B)
+        sC = cuda.shared.array(0, float32, alignment=SWIZZLE_SMEM_ALIGN)  # epilogue
         acc = cuda.local.array(NACC, float32)
         tid = cuda.threadIdx.x
         wg = tid // 128                               # this thread's warpgroup

@@ -29,8 +29,8 @@ from numba.types import float16
 
 from .. import engines, ptx
 from ..common import run_on_simulator
-from ..ptx import (SMEM_ALIGN, cp_async16, cp_async_commit_group, cp_async_wait_group,
-                   f16_to_f32)
+from ..ptx import (WMMA_SMEM_ALIGN, cp_async16, cp_async_commit_group,
+                   cp_async_wait_group, f16_to_f32)
 
 __all__ = ["copy_timeline", "column_sums", "column_sums_missing_wait",
            "column_sums_early_copy", "run_column_sums", "missing_wait_demo",
@@ -44,7 +44,7 @@ NT = 64                       # threads: thread i copies chunk i, sums column i
 @cuda.jit
 def copy_timeline(G, out):
     # one thread, one asynchronous copy: what does shared memory hold before the wait?
-    s = cuda.shared.array(8, float16, alignment=SMEM_ALIGN)
+    s = cuda.shared.array(8, float16, alignment=WMMA_SMEM_ALIGN)
     if cuda.threadIdx.x == 0:
         for i in range(8):
             s[i] = -1.0                      # what the buffer held before
@@ -58,7 +58,7 @@ def copy_timeline(G, out):
 @cuda.jit
 def column_sums(G, T, out):
     # out[c] = sum over the T tiles of G (row-major, T * ROWS x COLS) of column c
-    s = cuda.shared.array(2 * TILE, float16, alignment=SMEM_ALIGN)  # two buffers
+    s = cuda.shared.array(2 * TILE, float16, alignment=WMMA_SMEM_ALIGN)  # two buffers
     tid = cuda.threadIdx.x
     acc = float32(0.0)
     cp_async16(s, tid * 8, G, tid * 8)                 # tile 0 into buffer 0
@@ -78,7 +78,7 @@ def column_sums(G, T, out):
 @cuda.jit
 def column_sums_missing_wait(G, T, out):
     # BROKEN: column_sums without cp_async_wait_group in the loop
-    s = cuda.shared.array(2 * TILE, float16, alignment=SMEM_ALIGN)
+    s = cuda.shared.array(2 * TILE, float16, alignment=WMMA_SMEM_ALIGN)
     tid = cuda.threadIdx.x
     acc = float32(0.0)
     cp_async16(s, tid * 8, G, tid * 8)
@@ -97,7 +97,7 @@ def column_sums_missing_wait(G, T, out):
 @cuda.jit
 def column_sums_early_copy(G, T, out):
     # BROKEN: column_sums with the next copy issued before the barrier
-    s = cuda.shared.array(2 * TILE, float16, alignment=SMEM_ALIGN)
+    s = cuda.shared.array(2 * TILE, float16, alignment=WMMA_SMEM_ALIGN)
     tid = cuda.threadIdx.x
     acc = float32(0.0)
     cp_async16(s, tid * 8, G, tid * 8)
