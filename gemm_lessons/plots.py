@@ -288,3 +288,155 @@ def occupancy_plot(rows, ax=None):
     ax.set_title("occupancy from the ptxas report", fontsize=10)
     ax.figure.tight_layout()
     return ax
+# ------------------------------------------------------------ lesson 06: pipeline timelines
+def pipeline_schedule(n_tiles, stages, latency=3.0, math=1.0):
+    """A model of a cp.async pipeline: per tile (issue, land, start, end) times when a copy
+    takes ``latency`` and the math on a tile ``math``, copies overlap each other freely and
+    the copy of tile t + stages - 1 is issued when the math on tile t starts (after the
+    wait and the barrier). ``stages=1`` is lesson 05: load, wait, compute, then the next
+    load."""
+    issue, land, start, end = {}, {}, {}, {}
+    if stages == 1:
+        free = 0.0
+        for t in range(n_tiles):
+            issue[t] = free
+            land[t] = issue[t] + latency
+            start[t], end[t] = land[t], land[t] + math
+            free = end[t]
+        return issue, land, start, end
+    for t in range(min(stages - 1, n_tiles)):
+        issue[t] = 0.0
+    prev_end = 0.0
+    for t in range(n_tiles):
+        land[t] = issue[t] + latency
+        start[t] = max(prev_end, land[t])              # wait_group + syncthreads
+        if t + stages - 1 < n_tiles:
+            issue[t + stages - 1] = start[t]           # into the stage tile t - 1 used
+        end[t] = prev_end = start[t] + math
+    return issue, land, start, end
+
+
+def pipeline_timeline(depths=((1, "lesson 05"), (2, "2 stages"), (4, "4 stages")),
+                      n_tiles=8, latency=3.0, math=1.0):
+    """Copies in flight (light bars) and tensor-core math (dark bars) per tile for each
+    pipeline depth of :func:`pipeline_schedule`; colour = the shared buffer a tile uses."""
+    fig, ax = plt.subplots(figsize=(11, 1.6 * len(depths) + 0.8))
+    colors = plt.cm.tab10.colors
+    ticks, labels = [], []
+    for row, (stages, label) in enumerate(depths):
+        issue, land, start, end = pipeline_schedule(n_tiles, stages, latency, math)
+        y = 3.2 * (len(depths) - 1 - row)
+        lanes = max(stages - 1, 1)                     # copies in flight at once
+        h = 1.2 / lanes
+        for t in range(n_tiles):
+            buf = t % stages
+            yc = y + 0.9 + (t % lanes) * h
+            ax.barh(yc, land[t] - issue[t], left=issue[t], height=0.9 * h, align="edge",
+                    color=colors[buf], alpha=0.45, edgecolor="k", linewidth=0.3)
+            ax.text(issue[t] + 0.3, yc + 0.45 * h, str(t), va="center", fontsize=7)
+            ax.barh(y, end[t] - start[t], left=start[t], height=0.7, color=colors[buf],
+                    edgecolor="k")
+            ax.text(start[t] + math / 2, y, str(t), ha="center", va="center", fontsize=8)
+        ax.text(-0.5, y + 0.8, f"{label}\n{max(end.values()):g} units", ha="right",
+                va="center", fontsize=9)
+        ticks += [y, y + 1.5]
+        labels += ["math", "copies"]
+    ax.set_yticks(ticks, labels, fontsize=8)
+    ax.set_xlabel(f"time (model units: a copy takes {latency:g}, the math on a tile "
+                  f"{math:g})")
+    ax.set_xlim(-7, None)
+    ax.set_title(f"{n_tiles} K-tiles: copies in flight (light) and tensor-core math (dark), "
+                 "colour = shared buffer")
+    fig.tight_layout()
+    return fig
+
+
+def _segments(ax, y, segs, height=0.6):
+    for left, width, color, text in segs:
+        ax.barh(y, width, left=left, height=height, color=color, edgecolor="k", linewidth=0.4)
+        if text:
+            ax.text(left + width / 2, y, text, ha="center", va="center", fontsize=7)
+
+
+def fragment_timeline(ksteps=4, load=0.4, mma=1.0, barrier=0.5):
+    """Inside one warp, two k-tiles of ``ksteps`` 16-deep slices, in a model where the
+    tensor cores are the bottleneck (so an instruction written after a slice's math issues
+    when that math ends): ``k06_multistage`` takes the barrier, then per slice loads the
+    fragments (``ldmatrix``, ``load``) and only then multiplies (``mma``), so each load
+    waits in full; ``k06_cp_async`` loads slice k + 1 while slice k is multiplied, and
+    takes the barrier and the next tile's first loads during the last slice's math."""
+    fig, ax = plt.subplots(figsize=(11, 2.8))
+    c_bar, c_ld, c_mma = "0.75", "tab:orange", "tab:blue"
+    issue1, tc1, t = [], [], 0.0                      # k06_multistage
+    for tile in range(2):
+        issue1.append((t, barrier, c_bar, "bar"))
+        t += barrier
+        for k in range(ksteps):
+            issue1.append((t, load, c_ld, f"ld {k}"))
+            tc1.append((t + load, mma, c_mma, f"mma {k}"))
+            t += load + mma
+    end1 = t
+    # k06_cp_async: slot 0 is loaded before the loop; the loads of slice k + 1 (or the
+    # barrier and the next tile's slice 0) run beside the math of slice k
+    issue2 = [(0.0, barrier, c_bar, "bar"), (barrier, load, c_ld, "ld 0")]
+    tc2, t = [], barrier + load
+    for tile in range(2):
+        for k in range(ksteps):
+            tc2.append((t, mma, c_mma, f"mma {k}"))
+            if k + 1 < ksteps:
+                issue2.append((t, load, c_ld, f"ld {k + 1}"))
+                t = max(t + mma, t + load)
+            elif tile == 0:
+                issue2.append((t, barrier, c_bar, "bar"))
+                issue2.append((t + barrier, load, c_ld, "ld 0"))
+                t = max(t + mma, t + barrier + load)
+            else:
+                t += mma
+    end2 = t
+    _segments(ax, 3.0, issue1)
+    _segments(ax, 2.3, tc1)
+    _segments(ax, 1.0, issue2)
+    _segments(ax, 0.3, tc2)
+    ax.set_yticks([3.0, 2.3, 1.0, 0.3], ["loads, barrier", "tensor cores"] * 2, fontsize=8)
+    ax.text(-0.3, 2.65, f"k06_multistage\n{end1:g} units", ha="right", va="center",
+            fontsize=9)
+    ax.text(-0.3, 0.65, f"k06_cp_async\n{end2:g} units", ha="right", va="center", fontsize=9)
+    ax.set_xlim(-4.5, max(end1, end2) + 0.5)
+    ax.set_xlabel(f"time (model units: a slice's fragment loads {load:g}, its math {mma:g}, "
+                  f"the barrier {barrier:g})")
+    ax.set_title(f"One warp, two k-tiles of {ksteps} slices: fragments loaded before the "
+                 "math, or during the previous slice's math")
+    fig.tight_layout()
+    return fig
+
+
+def wgmma_timeline(ksteps=4, mma=1.0, issue=0.2, copies=0.6, tiles=3):
+    """One warpgroup of ``k06_wgmma`` over a few k-tiles: the threads issue the tile's
+    ``ksteps`` wgmma (no fragments: the tensor cores read shared memory), then the copies
+    of a later tile, then wait for the previous tile's products; the tensor cores work
+    through the queued wgmma meanwhile."""
+    fig, ax = plt.subplots(figsize=(11, 2.0))
+    c_is, c_cp, c_wait, c_mma = "tab:orange", "tab:green", "0.75", "tab:blue"
+    thr, tc = [], []
+    t, tc_free = 0.0, 0.0
+    for tile in range(tiles):
+        thr.append((t, issue * ksteps, c_is, f"{ksteps} wgmma"))
+        start = max(t + issue, tc_free)
+        for k in range(ksteps):
+            tc.append((start + k * mma, mma, c_mma, f"t{tile} k{k}"))
+        done_prev = tc_free                            # tile - 1's products
+        tc_free = start + ksteps * mma
+        t += issue * ksteps
+        thr.append((t, copies, c_cp, "copies"))
+        t += copies
+        if done_prev > t:
+            thr.append((t, done_prev - t, c_wait, "wait(1)"))
+            t = done_prev
+    _segments(ax, 1.0, thr)
+    _segments(ax, 0.3, tc)
+    ax.set_yticks([1.0, 0.3], ["threads (issue)", "tensor cores"], fontsize=8)
+    ax.set_xlabel("time (model units: one wgmma 64xNx16 takes 1)")
+    ax.set_title("k06_wgmma: the threads issue and copy while the tensor cores work "
+                 "through the queued wgmma")
+    fig.tight_layout()
+    return fig

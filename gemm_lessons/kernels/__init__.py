@@ -57,6 +57,7 @@ class Kernel:
     source: object = None               # what gl.show_source prints (default: launch)
     in_ladder: bool = True
     configs: Optional[dict] = None      # {"gpu": ..., "simulator": ...}: see above
+    step: int = 0                       # its place among the lesson's kernels (a climb's order)
 
     def runs_on(self, cc) -> bool:
         """Whether a GPU of compute capability ``cc`` has every instruction the kernel uses."""
