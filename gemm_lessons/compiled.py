@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import engines, registry
 
-__all__ = ["ptx", "ptxas_report", "find_ptxas"]
+__all__ = ["ptx", "ptx_many", "compile_here", "ptxas_report", "find_ptxas"]
 
 
 def _cc_tuple(cc):
@@ -31,7 +31,8 @@ def _cc_tuple(cc):
     return tuple(cc)
 
 
-def _compile_here(name, cc):
+def compile_here(name, cc):
+    """PTX of registered kernel ``name`` compiled in this process (a GPU or the compile engine)."""
     from numba import cuda
     entry = registry.get(name)
     if entry.ptx is None:
@@ -46,18 +47,27 @@ def _compile_here(name, cc):
 
 def ptx(name, cc=(8, 0)) -> str:
     """The PTX of the registered numba kernel ``name`` for compute capability ``cc``."""
-    cc = _cc_tuple(cc)
-    registry.get(name)  # unknown names fail here, with the list of known ones
+    return ptx_many([name], cc)[name]
+
+
+def ptx_many(names, cc=(8, 0)) -> dict:
+    """{name: PTX} of registered numba kernels for compute capability ``cc``, compiled here
+    on a GPU, else in one child process with the simulator off (one NVVM start for all)."""
+    import json
+    cc, names = _cc_tuple(cc), list(names)
+    for name in names:
+        registry.get(name)  # unknown names fail here, with the list of known ones
     if engines.engine().kind in ("cuda", "compile"):
-        return _compile_here(name, cc)
+        return {name: compile_here(name, cc) for name in names}
     env = {k: v for k, v in os.environ.items()
            if k not in ("NUMBA_ENABLE_CUDASIM", "TRITON_INTERPRET")}
     env["GEMM_LESSONS_ENGINE"] = "compile"
-    proc = subprocess.run([sys.executable, "-m", "gemm_lessons.compiled", name,
-                           f"{cc[0]}{cc[1]}"], env=env, capture_output=True, text=True)
+    proc = subprocess.run([sys.executable, "-m", "gemm_lessons.compiled", f"{cc[0]}{cc[1]}",
+                           *names], env=env, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise RuntimeError(f"compiling {name} to PTX failed:\n{proc.stderr.strip()[-3000:]}")
-    return proc.stdout
+        raise RuntimeError(f"compiling {', '.join(names)} to PTX failed:\n"
+                           f"{proc.stderr.strip()[-3000:]}")
+    return json.loads(proc.stdout)
 
 
 def find_ptxas():
@@ -113,6 +123,8 @@ def ptxas_report(ptx_text, cc=(8, 0), warnings=False):
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 3:
-        sys.exit("usage: python -m gemm_lessons.compiled NAME CC (e.g. 80)")
-    sys.stdout.write(_compile_here(sys.argv[1], _cc_tuple(sys.argv[2])))
+    import json
+    if len(sys.argv) < 3:
+        sys.exit("usage: python -m gemm_lessons.compiled CC NAME... (e.g. 80 k01_naive): "
+                 "{name: PTX} as JSON")
+    json.dump({n: compile_here(n, _cc_tuple(sys.argv[1])) for n in sys.argv[2:]}, sys.stdout)

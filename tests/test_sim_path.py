@@ -29,10 +29,7 @@ import torch
 from gemm_lessons import registry
 
 ENGINE_CONFIG = re.compile(r"^(GPU|SIM|SIMULATOR|INTERPRETER)_CONFIGS?$")
-# modules whose owners declare Kernel.configs in their own change (issue 14): checked as
-# soon as they declare, skipped with this reason until then
-PENDING = ("gemm_lessons.kernels.k04_", "gemm_lessons.kernels.k05_",
-           "gemm_lessons.kernels.k06_")
+PENDING = ()
 
 
 def params(cfg):

@@ -240,5 +240,6 @@ _STEPS = [
      register_tiling, make_register_tiling, SIG_VEC),
 ]
 KERNELS = [Kernel(name, 4, "numba", FP32, summary, launch=launch, source=make,
-                  ptx=_ptx(name, make, sig))
+                  ptx=_ptx(name, make, sig),
+                  configs={"gpu": GPU_CONFIGS[name], "simulator": SIM_CONFIGS[name]})
            for name, summary, launch, make, sig in _STEPS]

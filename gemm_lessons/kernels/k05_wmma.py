@@ -54,6 +54,7 @@ from ..ptx import (FRAG_AB, FRAG_C, SMEM_ALIGN, cp_async16_zfill, cp_async_commi
                    cp_async_wait_group, wmma_load_a, wmma_load_b, wmma_mma, wmma_store_d)
 from ..ptx_simt import launch_bounds
 from . import FP16_BF16, Kernel
+from .tc_common import check_bf16
 
 PAD = 8                      # elements of padding per shared row (16 bytes)
 GPU_CONFIG = dict(BM=128, BN=128, BK=32, WM=64, WN=32)   # 8 warps, 4 x 2 fragments each
@@ -76,7 +77,10 @@ def make_kernel(BM=128, BN=128, BK=32, WM=64, WN=32, bf16=False, b_layout="row")
     FM, FN = WM // 16, WN // 16                      # fragments per warp, down and across
     LDA, LDB = BK + PAD, BN + PAD                    # padded row strides of sA, sB
     CA, CB = BK // 8, BN // 8                        # 16-byte chunks per row of sA, sB
-    assert BM % WM == 0 and BN % WN == 0 and WM % 16 == 0 and WN % 16 == 0 and BK % 16 == 0
+    if BM % WM or BN % WN or WM % 16 or WN % 16 or BK % 16:
+        raise ValueError(f"k05_wmma tiles: BM ({BM}) and BN ({BN}) must be multiples of the "
+                         f"warp tile WM x WN ({WM} x {WN}), which must be multiples of 16, "
+                         f"as must BK ({BK})")
 
     @cuda.jit(**launch_bounds(NT, MIN_BLOCKS))       # 2 blocks of 256 threads: <= 128 registers
     def wmma_gemm(A, B, C, K):
@@ -147,13 +151,6 @@ def _config():
     return GPU_CONFIG if engines.on_gpu() else SIM_CONFIG
 
 
-def _check_bf16(dtype):
-    eng = engines.engine()
-    if dtype == torch.bfloat16 and eng.kind == "cuda" and eng.capability < (8, 0):
-        raise ValueError(f"bf16 tensor cores need compute capability 8.0; {eng.device_name} "
-                         "has " + ".".join(map(str, eng.capability)) + ": use float16")
-
-
 def aligned_rows(t):
     """``t`` itself when each row starts 16-byte aligned and holds a multiple of 8
     elements (unit column stride, row stride a multiple of 8), else a copy whose width is
@@ -173,13 +170,17 @@ def wmma(a, b, c, config=None, b_layout="row"):
     Any shape and strides: operands whose rows are not 16-byte chunks are copied into
     zero-padded aligned buffers (:func:`aligned_rows`); the kernel zero-fills chunks outside
     A and B and masks its stores. ``config`` overrides the tile configuration."""
-    _check_bf16(a.dtype)
+    check_bf16(a.dtype)
     cfg = dict(_config(), **(config or {}))
     kernel = make_kernel(**cfg, bf16=a.dtype == torch.bfloat16, b_layout=b_layout)
     M, N = c.shape
     K = a.shape[1]
     grid = (cdiv(N, cfg["BN"]), cdiv(M, cfg["BM"]))
-    A, B = engines.as_numba(aligned_rows(a)), engines.as_numba(aligned_rows(b))
+    # the padded copies stay referenced until the launch is queued: engines.as_numba holds
+    # no reference, and a freed copy's memory could be handed to the next one before the
+    # kernel reads it
+    a16, b16 = aligned_rows(a), aligned_rows(b)
+    A, B = engines.as_numba(a16), engines.as_numba(b16)
     kernel[grid, kernel.threads, engines.numba_stream()](A, B, engines.as_numba(c), K)
 
 
@@ -194,5 +195,6 @@ def _ptx(cc, bf16=False):
 KERNELS = [
     Kernel("k05_wmma", 5, "numba", FP16_BF16,
            "tensor cores via WMMA 16x16x16: 16-byte copies into padded shared tiles",
-           launch=wmma, min_cc=(8, 0), ptx=_ptx, source=make_kernel),
+           launch=wmma, min_cc=(8, 0), ptx=_ptx, source=make_kernel,
+           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG}),
 ]

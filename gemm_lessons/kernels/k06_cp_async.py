@@ -244,5 +244,6 @@ KERNELS = [
     Kernel("k06_cp_async", 6, "numba", FP16_BF16,
            "k06_multistage with the next k-slice's fragments loaded during the math",
            launch=cp_async, min_cc=(8, 0), ptx=ptx_hook(make_kernel, GPU_CONFIG),
-           source=make_kernel, gemm=blas_gemm, features=frozenset({"alpha_beta"}), step=3),
+           source=make_kernel, gemm=blas_gemm, features=frozenset({"alpha_beta"}), step=3,
+           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG}),
 ]

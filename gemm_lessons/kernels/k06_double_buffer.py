@@ -218,5 +218,6 @@ KERNELS = [
     Kernel("k06_double_buffer", 6, "numba", FP16_BF16,
            "WMMA fed by cp.async into two shared buffers (double buffering)",
            launch=double_buffer, min_cc=(8, 0), ptx=ptx_hook(make_kernel, GPU_CONFIG),
-           source=make_kernel, gemm=blas_gemm, features=frozenset({"alpha_beta"}), step=1),
+           source=make_kernel, gemm=blas_gemm, features=frozenset({"alpha_beta"}), step=1,
+           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG}),
 ]

@@ -215,5 +215,6 @@ KERNELS = [
     Kernel("k06_multistage", 6, "numba", FP16_BF16,
            "WMMA fed by a STAGES-deep cp.async pipeline (STAGES - 1 tiles in flight)",
            launch=multistage, min_cc=(8, 0), ptx=ptx_hook(make_kernel, GPU_CONFIG),
-           source=make_kernel, gemm=blas_gemm, features=frozenset({"alpha_beta"}), step=2),
+           source=make_kernel, gemm=blas_gemm, features=frozenset({"alpha_beta"}), step=2,
+           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG}),
 ]

@@ -229,5 +229,6 @@ KERNELS = [
     Kernel("k06_wgmma", 6, "numba", FP16_BF16,
            "Hopper wgmma: tensor cores read swizzled shared memory filled by cp.async",
            launch=wgmma, min_cc=(9, 0), cc_below=(10, 0), ptx=ptx_hook(make_kernel, GPU_CONFIG),
-           source=make_kernel, gemm=blas_gemm, features=frozenset({"alpha_beta"}), step=4),
+           source=make_kernel, gemm=blas_gemm, features=frozenset({"alpha_beta"}), step=4,
+           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG}),
 ]

@@ -10,7 +10,8 @@ import re
 
 import torch
 
-from .. import common, counters, engines, harness
+from .. import common, compiled, counters, engines, harness
+from ..common import run_on_simulator
 from ..common import cdiv
 from ..kernels import k04_tiles
 
@@ -56,36 +57,15 @@ def _trace_here(name, cfg, M, N, K, seed):
 def trace(name, cfg, M, N, K, *, seed=0):
     """(trace, correct) of one launch of lesson-04 kernel ``name`` with tile sizes ``cfg``
     (any, e.g. its GPU configuration) on seeded M x N x K inputs, in the simulator."""
-    return counters.run_simulated("gemm_lessons.labs.k04:_trace_here", name, dict(cfg),
+    return run_on_simulator("gemm_lessons.labs.k04:_trace_here", name, dict(cfg),
                                   M, N, K, seed)
 
 
 # ------------------------------------------------------------- PTX, SASS and occupancy
-def _ptx_here(names, cc):
-    from .. import compiled
-    return {n: compiled._compile_here(n, cc) for n in names}
-
-
 def ptx_of(names, cc=(9, 0)):
     """{name: PTX} of registered numba kernels' GPU configurations, compiled in one process
     (here on a GPU, else in one child process with the simulator off)."""
-    import json
-    import os
-    import subprocess
-    import sys
-    names, cc = list(names), tuple(cc)
-    if engines.engine().kind in ("cuda", "compile"):
-        return _ptx_here(names, cc)
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("NUMBA_ENABLE_CUDASIM", "TRITON_INTERPRET")}
-    env["GEMM_LESSONS_ENGINE"] = "compile"
-    code = ("import json, sys, gemm_lessons; from gemm_lessons.labs import k04; "
-            f"json.dump(k04._ptx_here({names!r}, {cc!r}), sys.stdout)")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"compiling {names} failed:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout)
+    return compiled.ptx_many(names, cc)
 
 
 def find_nvdisasm():
