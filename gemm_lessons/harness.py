@@ -17,7 +17,7 @@ from . import engines as _backend
 from . import registry
 from .common import dtype_name
 
-__all__ = ["TOLERANCE", "Case", "shape_suite", "make_operands", "reference", "compare",
+__all__ = ["TOLERANCE", "Case", "shape_suite", "make_operands", "reference", "compare", "time_cuda_many",
            "CheckError", "CheckReport", "check", "check_alpha_beta", "BenchResult", "bench", "time_cuda",
            "time_cuda_pair",
            "cublas_matmul", "tflops"]
@@ -288,18 +288,24 @@ def time_cuda_pair(fn, ref, *, min_batch_ms=20.0, batches=15, warmup=2):
     *interleaved*: fn, ref, fn, ref, ... A GPU's clock drifts with its temperature over a
     run; timing the two side by side gives both the same conditions, so their ratio is fair
     (timing all of one and then all of the other lets the drift pass for a speed-up)."""
-    fns = [f for f in (fn, ref) if f is not None]
-    for f in fns:
+    fns = {"fn": fn} if ref is None else {"fn": fn, "ref": ref}
+    ms = time_cuda_many(fns, min_batch_ms=min_batch_ms, batches=batches, warmup=warmup)
+    return ms["fn"], ms.get("ref")
+
+
+def time_cuda_many(fns, *, min_batch_ms=20.0, batches=15, warmup=2):
+    """{name: median milliseconds per call} of every callable in ``fns`` (a dict), their
+    batches interleaved round-robin, as :func:`time_cuda_pair` does for two."""
+    for f in fns.values():
         for _ in range(warmup):
             f()
     torch.cuda.synchronize()
-    inner = [_batch_size(f, min_batch_ms) for f in fns]
-    per_call = [[] for _ in fns]
+    inner = {k: _batch_size(f, min_batch_ms) for k, f in fns.items()}
+    per_call = {k: [] for k in fns}
     for _ in range(batches):
-        for i, f in enumerate(fns):
-            per_call[i].append(_time_batch(f, inner[i]))
-    med = [statistics.median(p) for p in per_call]
-    return (med[0], med[1] if ref is not None else None)
+        for k, f in fns.items():
+            per_call[k].append(_time_batch(f, inner[k]))
+    return {k: statistics.median(v) for k, v in per_call.items()}
 
 
 class _fp32_ieee:
