@@ -110,6 +110,23 @@ def where_table():
     return "\n".join(lines)
 
 
+RESULTS_START, RESULTS_END = "<!-- results:start -->", "<!-- results:end -->"
+
+
+def results_table():
+    """The ladder table, rendered from the recorded CSV (gemm_lessons/results/)."""
+    from gemm_lessons.results import read_csv
+    rows, device, versions = read_csv()
+    lines = [f"Recorded on one {device} ({versions}).", "",
+             "| kernel | lesson | dtype | M=N=K | ms | TFLOP/s | cuBLAS TFLOP/s | ratio |",
+             "|---|---|---|---|---|---|---|---|"]
+    for lesson, r in rows:
+        dt = str(r.dtype).replace("torch.", "")
+        lines.append(f"| {r.kernel} | {lesson:02d} | {dt} | {r.M} | {r.ms:.3f} | "
+                     f"{r.tflops:.1f} | {r.baseline_tflops:.1f} | {r.ratio:.2f} |")
+    return "\n".join(lines)
+
+
 def _replace(text, start, end, body):
     head, rest = text.split(start, 1)
     _, tail = rest.split(end, 1)
@@ -121,7 +138,10 @@ def render(text):
     if WHERE_START not in text:          # first run: the region goes right after the lessons
         head, tail = text.split(END, 1)
         text = f"{head}{END}\n\n{WHERE_START}\n{WHERE_END}{tail}"
-    return _replace(text, WHERE_START, WHERE_END, where_table())
+    text = _replace(text, WHERE_START, WHERE_END, where_table())
+    if RESULTS_START in text:
+        text = _replace(text, RESULTS_START, RESULTS_END, results_table())
+    return text
 
 
 def main(argv=None):
