@@ -112,6 +112,11 @@ def _answer(what, seconds=60):
             if "NotImplementedError" in text:
                 raise ExerciseError(f"{what}: {HINTS['todo']} (replace `raise "
                                     "NotImplementedError()` under the TODO with your code)") from None
+            if isinstance(e, IndexError) or "IndexError" in text:
+                raise ExerciseError(
+                    f"{what}: an index outside an array ({_short(text, 160)}): {HINTS['mask']} "
+                    "(a bounds check) for threads or elements past the edge of A, B or C, or "
+                    "a loop that runs past its dimension (M, N and K mixed up?)") from None
             if "NameError" in text or isinstance(e, (NameError, UnboundLocalError)):
                 raise ExerciseError(
                     f"{what}: a name is used before your code defines it ({_short(text)}): "
@@ -254,6 +259,7 @@ def barrier_audit():
     ``epochs`` (barriers per thread) and ``message()``."""
     from numba.cuda.simulator import kernelapi
     audit = _BarrierAudit()
+    alloc_lock = threading.Lock()
     real_shared = kernelapi.FakeCUDAShared.array
     import sys
 
@@ -262,6 +268,10 @@ def barrier_audit():
             return real_shared(self, shape, dtype)
         frame = sys._getframe(1)
         caller = (frame.f_code.co_filename, frame.f_lineno)
+        with alloc_lock:    # every thread of the block must get the same array
+            return _allocate(self, caller, frame, shape, dtype)
+
+    def _allocate(self, caller, frame, shape, dtype):
         res = self._allocations.get(caller)
         if res is None:
             import numpy as np
@@ -480,10 +490,20 @@ def _small_suite(names=("square", "ragged", "M=1", "K=1", "A transposed")):
 _ref01 = {}
 
 
+def _numba_globals():
+    """Bind ``cuda`` and ``float32`` as globals of this module (imported late, after the
+    engine is chosen): the simulator swaps a kernel's global ``cuda`` for its fake module,
+    which a closure variable would escape."""
+    import numba
+    from numba import cuda as _cuda
+    globals()["cuda"] = _cuda
+    globals()["float32"] = numba.float32
+
+
 def _ref_k01():
     """One thread per element, consecutive threadIdx.x on consecutive columns."""
     if "k" not in _ref01:
-        from numba import cuda, float32
+        _numba_globals()
 
         @cuda.jit
         def ref_coalesced(A, B, C):
@@ -506,11 +526,10 @@ def ex01_kernel(kernel):
         M, N = c.shape
         _sim(kernel, (_cdiv(N, 32) + 1, _cdiv(M, 8) + 1), (32, 8), a, b, c)
 
-    report = check_product(run, "my_kernel", cases=_small_suite(
-        ("square", "rectangular", "ragged", "M=1", "N=1", "K=1", "A transposed")))
+    # the lesson's point first: which element a thread computes decides the sectors touched
     a, b = harness.make_operands(64, 64, 8)
     c = torch.empty(64, 64)
-    with counters.trace(A=a, B=b, C=c) as t:
+    with counters.trace(A=a, B=b, C=c) as t, _answer("my_kernel"):
         run(a, b, c)
     s = t.global_summary()
     if not (s["B"]["load"] <= 4 and s["C"]["store"] <= 4):
@@ -518,6 +537,8 @@ def ex01_kernel(kernel):
             f"B loads use {s['B']['load']:.0f} and C stores {s['C']['store']:.0f} sectors per "
             "warp request (4 when coalesced): consecutive threadIdx.x must map to consecutive "
             "columns (col from the x dimension)")
+    report = check_product(run, "my_kernel", cases=_small_suite(
+        ("square", "rectangular", "ragged", "M=1", "N=1", "K=1", "A transposed")))
     return f"{report}; B loads and C stores coalesced (4 sectors per warp request)"
 
 
@@ -536,7 +557,7 @@ _ref02 = {}
 
 def _ref_k02():
     if "k" not in _ref02:
-        from numba import cuda, float32
+        _numba_globals()
         T = T02
 
         @cuda.jit
@@ -634,9 +655,17 @@ def ex03_swizzle(run_swizzled):
     """Lesson 03, exercise 2: the swizzled store and read; conflict-free and correct."""
     from . import counters
     with barrier_audit() as audit:
-        report = check_product(run_swizzled, "swizzled",
-                               cases=_small_suite(("square", "ragged", "K=1", "A transposed")),
-                               audit=audit)
+        try:
+            report = check_product(run_swizzled, "swizzled",
+                                   cases=_small_suite(("square", "ragged", "K=1", "A transposed")),
+                                   audit=audit)
+        except ExerciseError as e:
+            text = str(e)
+            if "\nLikely cause:" in text and not audit.race and "TODO" not in text:
+                text = text.split("\nLikely cause:")[0] + (
+                    "\nLikely cause: the swizzle: the store and the read must put logical "
+                    "element (row, k) at the same place, column (k + row) % 32 of its row")
+            raise ExerciseError(text) from None
     a, b = harness.make_operands(32, 8, 32)
     c = torch.empty(32, 8)
     with counters.trace(A=a, B=b, C=c) as t:
@@ -659,7 +688,7 @@ def k04_helpers(TM, TN):
     ``store_tile(C, acc, row0, col0)`` writes the thread's TM x TN tile of C."""
     key = (TM, TN)
     if key not in _k04:
-        from numba import cuda
+        _numba_globals()
 
         @cuda.jit(device=True)
         def outer_step(sA, sB, rA, rB, acc, k, tm, tn):
