@@ -34,9 +34,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import engines
+from ._ptx_plumbing import RecordedArray, record_wide_access, unwrap
 
-__all__ = ["trace", "simulate", "Trace", "Access", "sectors_per_request", "bank_ways", "banks_of_request",
-           "SECTOR_BYTES", "N_BANKS", "BANK_BYTES"]
+__all__ = ["trace", "simulate", "Trace", "Access", "sectors_per_request", "bank_ways",
+           "banks_of_request", "unwrap", "record_wide_access", "SECTOR_BYTES", "N_BANKS",
+           "BANK_BYTES"]
 
 SECTOR_BYTES = 32
 N_BANKS = 32
@@ -90,7 +92,9 @@ class Trace:
         self.accesses = state["accesses"]
 
     # -- recording -------------------------------------------------------------------
-    def _record(self, space, name, op, base_addr, arr, idx):
+    def record(self, space, name, op, base_addr, arr, idx):
+        """Record the access of this simulated thread to `arr[idx]` (`base_addr`: the
+        address the offsets count from; 0 for shared arrays)."""
         th = threading.current_thread()
         tid = getattr(th, "thread_id", None)
         if tid is None:        # not inside a simulated kernel (host code): ignore
@@ -165,35 +169,6 @@ def bank_ways(accesses):
     return max((len(w) for w in banks.values()), default=0)
 
 
-class _Recorded:
-    """A shared-memory array that records its accesses (numpy semantics otherwise)."""
-
-    def __init__(self, arr, name, tr):
-        self._arr, self._name, self._tr = arr, name, tr
-
-    def __getitem__(self, idx):
-        self._tr._record("shared", self._name, "load", 0, self._arr, idx)
-        return self._arr[idx]
-
-    def __setitem__(self, idx, val):
-        self._tr._record("shared", self._name, "store", 0, self._arr, idx)
-        self._arr[idx] = val
-
-    def __getattr__(self, name):
-        return getattr(self._arr, name)
-
-    def __len__(self):
-        return len(self._arr)
-
-    def __array__(self, *args, **kwargs):
-        return np.asarray(self._arr, *args, **kwargs)
-
-
-def unwrap(arr):
-    """The plain array behind a recorded one (simulator emulations of PTX use this)."""
-    return getattr(arr, "_arr", arr)
-
-
 @contextlib.contextmanager
 def trace(**names):
     """Record every global- and shared-memory access of the kernels launched inside.
@@ -223,12 +198,12 @@ def trace(**names):
 
     def get(self, idx):
         name, ary, ptr = gname(self)
-        tr._record("global", name, "load", ptr, ary, idx)
+        tr.record("global", name, "load", ptr, ary, idx)
         return old_get(self, idx)
 
     def set_(self, idx, val):
         name, ary, ptr = gname(self)
-        tr._record("global", name, "store", ptr, ary, idx)
+        tr.record("global", name, "store", ptr, ary, idx)
         return old_set(self, idx, val)
 
     def shared_array(self, shape, dtype, alignment=None):
@@ -244,7 +219,7 @@ def trace(**names):
             if isinstance(dtype, types.Type):
                 dtype = numpy_support.as_dtype(dtype)
             name = f"shared@{frame.f_code.co_name}:{frame.f_lineno}"
-            res = _Recorded(np.empty(shape, dtype), name, tr)
+            res = RecordedArray(np.empty(shape, dtype), name, tr)
             self._allocations[caller] = res
         return res
 

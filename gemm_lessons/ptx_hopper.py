@@ -43,15 +43,15 @@ import threading
 
 import numpy as np
 
-from . import engines
-from .ptx import PTXUsageError, _msg_literal
+from . import _ptx_plumbing as pl
+from ._ptx_plumbing import PTXUsageError, msg_literal, set_doc
 
-__all__ = ["SIMULATED", "MIN_CC", "ATOM_BYTES", "SMEM_ALIGN", "INSTRUCTIONS", "swizzle128",
+__all__ = ["SIMULATED", "MIN_CC", "ATOM_BYTES", "SWIZZLE_SMEM_ALIGN", "SMEM_ALIGN", "INSTRUCTIONS", "swizzle128",
            "swizzled_offset",
            "acc_row_col", "wgmma_mma", "wgmma_store_d", "wgmma_fence", "wgmma_commit_group",
            "wgmma_wait_group", "fence_proxy_async"]
 
-SIMULATED = engines.engine().kind == "simulator"
+SIMULATED = pl.SIMULATED
 
 #: wgmma needs compute capability 9.x (the arch-specific target sm_90a, which numba uses on
 #: a 9.x GPU); Blackwell (10.x) replaced it with tcgen05.
@@ -62,7 +62,9 @@ ATOM_BYTES = 1024
 
 #: ``alignment=`` for the shared array that holds swizzled tiles: the swizzle is a function
 #: of the address, so every atom must start 1024-byte aligned.
-SMEM_ALIGN = None if SIMULATED else 1024
+SWIZZLE_SMEM_ALIGN = None if SIMULATED else ATOM_BYTES
+#: The name lesson 06 imports (the same value as :data:`SWIZZLE_SMEM_ALIGN`).
+SMEM_ALIGN = SWIZZLE_SMEM_ALIGN
 
 #: name: (PTX, minimum compute capability, SASS)
 INSTRUCTIONS = {
@@ -114,17 +116,9 @@ if not SIMULATED:
     from numba import cuda
     from numba.cuda import cgutils, types
 
-    from .ptx import (_I32, _I64, _check_index, _elem_ptr, _elt_kind, _intrinsic_literal,
-                      _smem_u32)
-
-    _F32 = ir.FloatType()
+    from ._ptx_plumbing import F32, I32, I64, intrinsic_literal
 
     swizzle128 = cuda.jit(device=True, inline="always")(swizzled_offset)
-
-    def _literal_int(fn, what, t):
-        if not isinstance(t, types.IntegerLiteral):
-            raise PTXUsageError(_msg_literal(fn, what, f"a run-time value of type {t}"))
-        return t.literal_value
 
     def _check_acc(fn, acc):
         if not (isinstance(acc, types.Array) and acc.ndim == 1 and acc.layout == "C"
@@ -136,26 +130,26 @@ if not SIMULATED:
         """The 64-bit matrix descriptor: start address >> 4 (bits 0-13), leading byte
         offset >> 4 (16-29), stride byte offset >> 4 (32-45), swizzle mode 1 = 128 bytes
         (bits 62-63)."""
-        addr = builder.lshr(builder.and_(_smem_u32(builder, ptr), ir.Constant(_I32, 0x3FFFF)),
-                            ir.Constant(_I32, 4))
+        addr = builder.lshr(builder.and_(pl.smem_u32(builder, ptr), ir.Constant(I32, 0x3FFFF)),
+                            ir.Constant(I32, 4))
         const = ((lbo >> 4) << 16) | ((sbo >> 4) << 32) | (1 << 62)
-        return builder.or_(builder.zext(addr, _I64), ir.Constant(_I64, const))
+        return builder.or_(builder.zext(addr, I64), ir.Constant(I64, const))
 
     def _acc_values(context, builder, acc_ty, acc, n):
         ary = context.make_array(acc_ty)(context, builder, value=acc)
-        ptrs = [builder.gep(ary.data, [ir.Constant(_I32, i)]) for i in range(n)]
+        ptrs = [builder.gep(ary.data, [ir.Constant(I32, i)]) for i in range(n)]
         return ptrs, [builder.load(p) for p in ptrs]
 
-    @_intrinsic_literal
+    @intrinsic_literal
     def _wgmma_mma(typingctx, acc, sA, a_idx, sB, b_idx, N, b_lbo):
         fn = "wgmma_mma"
         _check_acc(fn, acc)
-        _check_index(fn, sA, a_idx, "sA")
-        _check_index(fn, sB, b_idx, "sB")
-        kind = _elt_kind(fn, sA.dtype, "sA")
-        if _elt_kind(fn, sB.dtype, "sB") != kind:
+        pl.check_index(fn, sA, a_idx, "sA")
+        pl.check_index(fn, sB, b_idx, "sB")
+        kind = pl.half_kind(fn, sA.dtype, "sA")
+        if pl.half_kind(fn, sB.dtype, "sB") != kind:
             raise PTXUsageError(f"{fn}: sA and sB differ in dtype ({sA.dtype}, {sB.dtype})")
-        n, lbo = _literal_int(fn, "N", N), _literal_int(fn, "b_lbo", b_lbo)
+        n, lbo = pl.literal_int(fn, "N", N), pl.literal_int(fn, "b_lbo", b_lbo)
         _check_n(fn, n)
         _check_lbo(fn, lbo)
         na = n // 2
@@ -164,8 +158,8 @@ if not SIMULATED:
         def codegen(context, builder, sig, args):
             acc_ty, aty, aity, bty, bity = sig.args[:5]
             c, a, ai, b, bi = args[:5]
-            da = _desc(builder, _elem_ptr(context, builder, aty, a, aity, ai), 16, _A_SBO)
-            db = _desc(builder, _elem_ptr(context, builder, bty, b, bity, bi), lbo, _B_SBO)
+            da = _desc(builder, pl.elem_ptr(context, builder, aty, a, aity, ai), 16, _A_SBO)
+            db = _desc(builder, pl.elem_ptr(context, builder, bty, b, bity, bi), lbo, _B_SBO)
             ptrs, vals = _acc_values(context, builder, acc_ty, c, na)
             regs = ", ".join(f"${i}" for i in range(na))
             # scale-d = 1 (accumulate), scales 1, A K-major (0), B N-major (1); the
@@ -174,38 +168,26 @@ if not SIMULATED:
                     f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.{kind}.{kind} "
                     f"{{{regs}}}, ${na}, ${na + 1}, p, 1, 1, 0, 1; }}")
             cons = ",".join(["=f"] * na + ["l", "l", "r"] + [str(i) for i in range(na)])
-            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_F32] * na),
-                                               [_I64, _I64, _I32] + [_F32] * na),
+            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([F32] * na),
+                                               [I64, I64, I32] + [F32] * na),
                                text, cons + ",~{memory}", side_effect=True)
-            res = builder.call(asm, [da, db, ir.Constant(_I32, 1)] + vals)
+            res = builder.call(asm, [da, db, ir.Constant(I32, 1)] + vals)
             for i, p in enumerate(ptrs):
                 builder.store(builder.extract_value(res, i), p)
         return sig, codegen
 
-    def _simple(name, text):
-        @_intrinsic_literal
-        def op(typingctx):
-            sig = types.void()
+    _wgmma_fence = pl.barrier_op("wgmma_fence", "wgmma.fence.sync.aligned;")
+    _wgmma_commit_group = pl.barrier_op("wgmma_commit_group", "wgmma.commit_group.sync.aligned;")
+    _fence_proxy_async = pl.barrier_op("fence_proxy_async", "fence.proxy.async.shared::cta;")
 
-            def codegen(context, builder, sig, args):
-                builder.call(ir.InlineAsm(ir.FunctionType(ir.VoidType(), []), text,
-                                          "~{memory}", side_effect=True), [])
-            return sig, codegen
-        op.__name__ = name
-        return op
-
-    _wgmma_fence = _simple("wgmma_fence", "wgmma.fence.sync.aligned;")
-    _wgmma_commit_group = _simple("wgmma_commit_group", "wgmma.commit_group.sync.aligned;")
-    _fence_proxy_async = _simple("fence_proxy_async", "fence.proxy.async.shared::cta;")
-
-    @_intrinsic_literal
+    @intrinsic_literal
     def _wgmma_wait_group(typingctx, n, acc, nacc):
         fn = "wgmma_wait_group"
-        N = _literal_int(fn, "N", n)
+        N = pl.literal_int(fn, "N", n)
         if N < 0:
             raise PTXUsageError(f"{fn}: N must be >= 0, got {N}")
         _check_acc(fn, acc)
-        na = _literal_int(fn, "nacc", nacc)
+        na = pl.literal_int(fn, "nacc", nacc)
         sig = types.void(n, acc, nacc)
 
         def codegen(context, builder, sig, args):
@@ -214,8 +196,8 @@ if not SIMULATED:
             # every later use of them depends on it, so nothing reads them before the
             # tensor cores have written them
             cons = ",".join(["=f"] * na + [str(i) for i in range(na)])
-            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([_F32] * na),
-                                               [_F32] * na),
+            asm = ir.InlineAsm(ir.FunctionType(ir.LiteralStructType([F32] * na),
+                                               [F32] * na),
                                f"wgmma.wait_group.sync.aligned {N};", cons + ",~{memory}",
                                side_effect=True)
             res = builder.call(asm, vals)
@@ -223,14 +205,14 @@ if not SIMULATED:
                 builder.store(builder.extract_value(res, i), p)
         return sig, codegen
 
-    @_intrinsic_literal
+    @intrinsic_literal
     def _wgmma_store_d(typingctx, arr, idx, ldm, acc, N):
         fn = "wgmma_store_d"
-        _check_index(fn, arr, idx, "the destination")
+        pl.check_index(fn, arr, idx, "the destination")
         if arr.dtype != types.float32:
             raise PTXUsageError(f"{fn}: the destination must hold float32, got {arr.dtype}")
         _check_acc(fn, acc)
-        n, ld = _literal_int(fn, "N", N), _literal_int(fn, "ldm", ldm)
+        n, ld = pl.literal_int(fn, "N", N), pl.literal_int(fn, "ldm", ldm)
         if n % 8 or not 8 <= n <= 256 or ld < n:
             raise PTXUsageError(f"{fn}: N must be a multiple of 8 up to 256 and ldm >= N, "
                                 f"got N={n}, ldm={ld}")
@@ -239,22 +221,22 @@ if not SIMULATED:
         def codegen(context, builder, sig, args):
             aty, ity, _, acc_ty, _ = sig.args
             a, i, _, c, _ = args
-            base = builder.bitcast(_elem_ptr(context, builder, aty, a, ity, i),
-                                   _F32.as_pointer())
+            base = builder.bitcast(pl.elem_ptr(context, builder, aty, a, ity, i),
+                                   F32.as_pointer())
             tid = builder.call(cgutils.get_or_insert_function(
-                builder.module, ir.FunctionType(_I32, []), "llvm.nvvm.read.ptx.sreg.tid.x"),
+                builder.module, ir.FunctionType(I32, []), "llvm.nvvm.read.ptx.sreg.tid.x"),
                 [])
-            lane = builder.and_(tid, ir.Constant(_I32, 31))
-            warp = builder.and_(builder.lshr(tid, ir.Constant(_I32, 5)), ir.Constant(_I32, 3))
-            row = builder.add(builder.mul(warp, ir.Constant(_I32, 16)),
-                              builder.lshr(lane, ir.Constant(_I32, 2)))
-            col = builder.shl(builder.and_(lane, ir.Constant(_I32, 3)), ir.Constant(_I32, 1))
-            first = builder.add(builder.mul(row, ir.Constant(_I32, ld)), col)
-            p0 = builder.gep(base, [builder.sext(first, _I64)])
+            lane = builder.and_(tid, ir.Constant(I32, 31))
+            warp = builder.and_(builder.lshr(tid, ir.Constant(I32, 5)), ir.Constant(I32, 3))
+            row = builder.add(builder.mul(warp, ir.Constant(I32, 16)),
+                              builder.lshr(lane, ir.Constant(I32, 2)))
+            col = builder.shl(builder.and_(lane, ir.Constant(I32, 3)), ir.Constant(I32, 1))
+            first = builder.add(builder.mul(row, ir.Constant(I32, ld)), col)
+            p0 = builder.gep(base, [builder.sext(first, I64)])
             _, vals = _acc_values(context, builder, acc_ty, c, n // 2)
             for k, v in enumerate(vals):      # element k: row + 8 h, column 8 j + e
                 j, h, e = k // 4, (k // 2) % 2, k % 2
-                builder.store(v, builder.gep(p0, [ir.Constant(_I64, 8 * h * ld + 8 * j + e)]))
+                builder.store(v, builder.gep(p0, [ir.Constant(I64, 8 * h * ld + 8 * j + e)]))
         return sig, codegen
 
     wgmma_mma = _wgmma_mma
@@ -267,7 +249,6 @@ if not SIMULATED:
 
 # ================================================================ the simulator: emulation
 else:
-    from .ptx import _np, _offset, _to_f32, _is_int
 
     swizzle128 = swizzled_offset
 
@@ -286,12 +267,12 @@ else:
 
     def wgmma_mma(acc, sA, a_idx, sB, b_idx, N, b_lbo):
         fn = "wgmma_mma"
-        if not (_is_int(N) and _is_int(b_lbo)):
-            raise PTXUsageError(_msg_literal(fn, "N and b_lbo", (N, b_lbo)))
+        if not (pl.is_int(N) and pl.is_int(b_lbo)):
+            raise PTXUsageError(msg_literal(fn, "N and b_lbo", (N, b_lbo)))
         _check_n(fn, N)
         _check_lbo(fn, b_lbo)
-        a, b = _np(sA, fn, "sA"), _np(sB, fn, "sB")
-        c = _np(acc, fn, "acc")
+        a, b = pl.as_numpy(sA, fn, "sA"), pl.as_numpy(sB, fn, "sB")
+        c = pl.as_numpy(acc, fn, "acc")
         if a.ndim != 1 or b.ndim != 1:
             raise PTXUsageError(f"{fn}: sA and sB must be 1-D shared arrays")
         if a.dtype not in (np.float16, np.int16, np.uint16) or a.dtype != b.dtype:
@@ -300,14 +281,15 @@ else:
         if c.dtype != np.float32 or c.size < N // 2:
             raise PTXUsageError(f"{fn}: acc must be a float32 local array of N // 2 = "
                                 f"{N // 2} elements")
-        sa, sb = _offset(a, a_idx, fn, "sA"), _offset(b, b_idx, fn, "sB")
+        sa, sb = pl.byte_offset(a, a_idx, fn, "sA"), pl.byte_offset(b, b_idx, fn, "sB")
         if sa % 16 or sb % 16:
             raise PTXUsageError(f"{fn}: operand tiles must start 16-byte aligned")
         m, k = np.arange(64)[:, None], np.arange(16)[None, :]
         a_off = sa + (m // 8) * _A_SBO + (m % 8) * 128 + 2 * k
         k, n = np.arange(16)[:, None], np.arange(N)[None, :]
         b_off = sb + (k // 8) * _B_SBO + (k % 8) * 128 + (n // 64) * b_lbo + 2 * (n % 64)
-        prod = _to_f32(_gather(a, a_off, fn, "A")) @ _to_f32(_gather(b, b_off, fn, "B"))
+        prod = (pl.halves_to_f32(_gather(a, a_off, fn, "A"))
+                @ pl.halves_to_f32(_gather(b, b_off, fn, "B")))
         t = _thread() % 128
         i = np.arange(N // 2)
         r, col = acc_row_col(t, i)
@@ -315,13 +297,13 @@ else:
 
     def wgmma_store_d(arr, idx, ldm, acc, N):
         fn = "wgmma_store_d"
-        if not (_is_int(N) and _is_int(ldm)) or N % 8 or not 8 <= N <= 256 or ldm < N:
+        if not (pl.is_int(N) and pl.is_int(ldm)) or N % 8 or not 8 <= N <= 256 or ldm < N:
             raise PTXUsageError(f"{fn}: N (a multiple of 8 up to 256) and ldm >= N are "
                                 f"constants, got N={N}, ldm={ldm}")
-        d, c = _np(arr, fn, "the destination"), _np(acc, fn, "acc")
+        d, c = pl.as_numpy(arr, fn, "the destination"), pl.as_numpy(acc, fn, "acc")
         if d.dtype != np.float32 or d.ndim != 1:
             raise PTXUsageError(f"{fn}: the destination must be a 1-D float32 array")
-        start = _offset(d, idx, fn, "the destination") // 4
+        start = pl.byte_offset(d, idx, fn, "the destination") // 4
         r, col = acc_row_col(_thread() % 128, np.arange(N // 2))
         flat = start + r * ldm + col
         if flat.max() >= d.size:
@@ -338,8 +320,8 @@ else:
         pass
 
     def wgmma_wait_group(n, acc, nacc):
-        if not (_is_int(n) and _is_int(nacc)):
-            raise PTXUsageError(_msg_literal("wgmma_wait_group", "N and nacc", (n, nacc)))
+        if not (pl.is_int(n) and pl.is_int(nacc)):
+            raise PTXUsageError(msg_literal("wgmma_wait_group", "N and nacc", (n, nacc)))
         if n < 0:
             raise PTXUsageError(f"wgmma_wait_group: N must be >= 0, got {n}")
 
@@ -377,8 +359,5 @@ _DOCS = {
     ``fence.proxy.async.shared::cta``; call it after the copies land, before the barrier.""",
 }
 for _name, _doc in _DOCS.items():
-    try:
-        globals()[_name].__doc__ = _doc
-    except (AttributeError, TypeError):  # pragma: no cover
-        pass
+    set_doc(globals()[_name], _doc)
 del _name, _doc

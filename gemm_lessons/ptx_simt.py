@@ -43,16 +43,18 @@ stops the simulation with the GPU's error name).
 """
 from __future__ import annotations
 
-from numba import config as _config
+from . import _ptx_plumbing as pl
 
-__all__ = ["ld_global_v4", "ld_shared_v4", "st_shared_v4", "st_global_v4", "SMEM_ALIGN",
-           "SIMULATED", "launch_bounds"]
+__all__ = ["ld_global_v4", "ld_shared_v4", "st_shared_v4", "st_global_v4", "FLOAT4_SMEM_ALIGN",
+           "SMEM_ALIGN", "SIMULATED", "launch_bounds"]
 
-SIMULATED = bool(_config.ENABLE_CUDASIM)
+SIMULATED = pl.SIMULATED
 
-# alignment= for cuda.shared.array: 16 bytes on the GPU; the simulator refuses the keyword
-# (its numpy arrays are 16-byte aligned anyway), so it gets None there.
-SMEM_ALIGN = None if SIMULATED else 16
+#: ``alignment=`` for shared arrays read or written as float4: 16 bytes on the GPU; the
+#: simulator refuses the keyword (its numpy arrays are 16-byte aligned anyway), so None there.
+FLOAT4_SMEM_ALIGN = None if SIMULATED else 16
+#: The name lesson 04 imports (the same value as :data:`FLOAT4_SMEM_ALIGN`).
+SMEM_ALIGN = FLOAT4_SMEM_ALIGN
 
 
 def launch_bounds(threads, min_blocks=1):
@@ -63,36 +65,22 @@ def launch_bounds(threads, min_blocks=1):
     return {} if SIMULATED else {"launch_bounds": (threads, min_blocks)}
 
 
-def _check_aligned(fn, arr, r, c):
-    """Raise as the GPU would ('misaligned address') unless arr[r, c] starts 16 bytes
-    aligned in a row with unit column stride (simulator only)."""
-    import numpy as np
-    ary = getattr(arr, "_item", None)          # a global array inside a simulated kernel
-    ary = ary._ary if ary is not None else getattr(arr, "_arr", arr)   # shared (traced)
-    ary = np.asarray(ary)
-    addr = ary.__array_interface__["data"][0] + r * ary.strides[0] + c * ary.strides[1]
-    if ary.strides[1] != 4 or addr % 16 or c % 4:
-        raise IndexError(
-            f"{fn}: misaligned address: element [{r}, {c}] of a {ary.shape} array with strides "
-            f"{ary.strides} is not the start of a 16-byte-aligned float4 (the column must be a "
-            "multiple of 4, the row stride a multiple of 16 bytes, the array 16-byte aligned)")
-
-
-def _record_vector(arr, op, r, c):
-    """In a ``counters.trace()``, record a float4 access to a shared array as ONE 16-byte
-    access per lane (as the hardware sees it), not four 4-byte ones. Returns True if it did
-    (the caller then reads or writes the plain array, unrecorded)."""
-    tr, name, plain = (getattr(arr, x, None) for x in ("_tr", "_name", "_arr"))
-    if tr is None or name is None or plain is None:
-        return False
-    import numpy as np
-    quads = np.asarray(plain).view(np.dtype((np.void, 16)))   # one item per float4
-    tr._record("shared", name, op, 0, quads, (r, c // 4))
-    return True
-
-
 if SIMULATED:
     # ------------------------------------------------------------------ simulator: Python
+    from ._ptx_plumbing import record_wide_access
+
+    def _check_aligned(fn, arr, r, c):
+        """Raise as the GPU would ('misaligned address') unless arr[r, c] starts 16 bytes
+        aligned in a row with unit column stride."""
+        ary = pl.as_numpy(arr, fn, "the array")
+        addr = pl.address(ary) + r * ary.strides[0] + c * ary.strides[1]
+        if ary.strides[1] != 4 or addr % 16 or c % 4:
+            raise IndexError(
+                f"{fn}: misaligned address: element [{r}, {c}] of a {ary.shape} array with "
+                f"strides {ary.strides} is not the start of a 16-byte-aligned float4 (the "
+                "column must be a multiple of 4, the row stride a multiple of 16 bytes, the "
+                "array 16-byte aligned)")
+
     def ld_global_v4(arr, r, c):
         """(arr[r, c], arr[r, c+1], arr[r, c+2], arr[r, c+3]): one 128-bit global load."""
         _check_aligned("ld_global_v4", arr, r, c)
@@ -101,15 +89,13 @@ if SIMULATED:
     def ld_shared_v4(arr, r, c):
         """(arr[r, c], ..., arr[r, c+3]): one 128-bit shared-memory load."""
         _check_aligned("ld_shared_v4", arr, r, c)
-        if _record_vector(arr, "load", r, c):
-            arr = arr._arr
+        arr = record_wide_access(arr, "load", (r, c // 4), 16)
         return (arr[r, c], arr[r, c + 1], arr[r, c + 2], arr[r, c + 3])
 
     def st_shared_v4(arr, r, c, v):
         """arr[r, c:c+4] = v: one 128-bit shared-memory store."""
         _check_aligned("st_shared_v4", arr, r, c)
-        if _record_vector(arr, "store", r, c):
-            arr = arr._arr
+        arr = record_wide_access(arr, "store", (r, c // 4), 16)
         arr[r, c] = v[0]
         arr[r, c + 1] = v[1]
         arr[r, c + 2] = v[2]
