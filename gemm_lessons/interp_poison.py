@@ -14,10 +14,13 @@ as on the GPU, so a check sees the mistake::
 given tensor (to check *which* tile a program computed, not only that every tile was
 computed).
 
-Both wrap the interpreter's ``InterpreterBuilder.create_masked_load`` /
-``create_masked_store`` (``triton.runtime.interpreter``, present in Triton 3.x up to 3.9).
-Where the hook is missing (another Triton version, or a GPU run), the context managers do
-nothing and ``active`` is False: checks then still run, without this extra scrutiny.
+Both wrap the interpreter's ``InterpreterBuilder.create_masked_load(ptrs, mask, other,
+...)`` / ``create_masked_store(ptrs, value, mask, ...)`` (``triton.runtime.interpreter``;
+run here with Triton 3.9, whose trailing arguments are the cache policy and volatility;
+earlier 3.x releases pass cache modifier and eviction policy there, which the wrappers hand
+on unchanged). Where the hook is missing (a Triton without it, or a GPU run), the context
+managers do nothing and ``active`` is False: checks then still run, without this extra
+scrutiny.
 """
 from __future__ import annotations
 
@@ -70,7 +73,7 @@ def poison_masked_loads():
     from triton.runtime import interpreter
     real = cls.create_masked_load
 
-    def load(self, ptrs, mask, other, cache_policy, is_volatile):
+    def load(self, ptrs, mask, other, *rest):      # rest: cache policy, volatility...
         if other is None:
             dtype_tt = ptrs.get_element_ty()
             dtype_np = interpreter._get_np_dtype(dtype_tt)
@@ -79,7 +82,7 @@ def poison_masked_loads():
                 flag.poisoned += int(m.size - np.count_nonzero(m))
                 other = interpreter.TensorHandle(
                     np.full_like(ptrs.data, np.nan, dtype=dtype_np), dtype_tt)
-        return real(self, ptrs, mask, other, cache_policy, is_volatile)
+        return real(self, ptrs, mask, other, *rest)
 
     with _lock:
         cls.create_masked_load = load
@@ -114,7 +117,7 @@ def record_stores(tensor):
     size = tensor.element_size()
     end = base + tensor.untyped_storage().nbytes()
 
-    def store(self, ptrs, value, mask, cache_policy):
+    def store(self, ptrs, value, mask, *rest):
         addrs = np.asarray(ptrs.data, dtype=np.uint64).ravel()
         m = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptrs.data)).ravel()
         hit = m & (addrs >= base) & (addrs < end)
@@ -122,7 +125,7 @@ def record_stores(tensor):
             pid = tuple(int(v) for v in self.grid_idx)
             offs = ((addrs[hit] - base) // size).astype(np.int64).tolist()
             rec.by_program.setdefault(pid, []).extend(offs)
-        return real(self, ptrs, value, mask, cache_policy)
+        return real(self, ptrs, value, mask, *rest)
 
     with _lock:
         cls.create_masked_store = store
