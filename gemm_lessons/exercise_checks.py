@@ -524,12 +524,13 @@ def _ref_k01():
 
 
 def ex01_kernel(kernel):
-    """Lesson 01, exercise 1: the coalesced kernel, launched with a grid that covers C."""
+    """Lesson 01, exercise 1: a coalesced kernel with a 1-D block of 256 threads, each block
+    an 8 x 32 tile of C; launched with a grid that covers C."""
     from . import counters
 
     def run(a, b, c):
         M, N = c.shape
-        _sim(kernel, (_cdiv(N, 32) + 1, _cdiv(M, 8) + 1), (32, 8), a, b, c)
+        _sim(kernel, (_cdiv(N, 32) + 1, _cdiv(M, 8) + 1), 256, a, b, c)
 
     # the lesson's point first: which element a thread computes decides the sectors touched
     a, b = harness.make_operands(64, 64, 8)
