@@ -687,21 +687,23 @@ def ex03_swizzle(run_swizzled):
 _k04 = {}
 
 
-def k04_helpers(TM, TN):
-    """(outer_step, store_tile): the two halves of lesson 04's thread work as device
-    functions, so that each exercise writes one half and gets the other done:
-    ``outer_step(sA, sB, rA, rB, acc, k, tm, tn)`` adds one k's outer product into ``acc``;
-    ``store_tile(C, acc, row0, col0)`` writes the thread's TM x TN tile of C."""
-    key = (TM, TN)
+def k04_helpers(TM, TN, TROWS, TCOLS):
+    """(outer_step, store_tile): the two halves of a thread's work in the exercises' strided
+    register tile (thread (tm, tn) owns rows tm + i * TROWS and columns tn + j * TCOLS of
+    the block tile), as device functions, so that each exercise writes one half and gets
+    the other done: ``outer_step(sA, sB, rA, rB, acc, k, tm, tn)`` adds one k's outer
+    product into ``acc``; ``store_tile(C, acc, row0, col0)`` writes the thread's tile of C,
+    ``acc[i, j]`` at ``(row0 + i * TROWS, col0 + j * TCOLS)``."""
+    key = (TM, TN, TROWS, TCOLS)
     if key not in _k04:
         _numba_globals()
 
         @cuda.jit(device=True)
         def outer_step(sA, sB, rA, rB, acc, k, tm, tn):
             for i in range(TM):
-                rA[i] = sA[tm * TM + i, k]
+                rA[i] = sA[tm + i * TROWS, k]
             for j in range(TN):
-                rB[j] = sB[k, tn * TN + j]
+                rB[j] = sB[k, tn + j * TCOLS]
             for i in range(TM):
                 for j in range(TN):
                     acc[i, j] += rA[i] * rB[j]
@@ -710,19 +712,34 @@ def k04_helpers(TM, TN):
         def store_tile(C, acc, row0, col0):
             for i in range(TM):
                 for j in range(TN):
-                    if row0 + i < C.shape[0] and col0 + j < C.shape[1]:
-                        C[row0 + i, col0 + j] = acc[i, j]
+                    if row0 + i * TROWS < C.shape[0] and col0 + j * TCOLS < C.shape[1]:
+                        C[row0 + i * TROWS, col0 + j * TCOLS] = acc[i, j]
 
         _k04[key] = (outer_step, store_tile)
     return _k04[key]
+
+
+_STRIDED = ("the strided layout: acc[i, j] is row tm + i * TROWS, column tn + j * TCOLS of the "
+            "block tile (rA[i] from that row of sA, rB[j] from that column of sB)")
+
+
+def _layout_hint(e):
+    text = str(e)
+    if ("\nLikely cause:" in text and "never written" not in text and "inf in C" not in text
+            and "barrier" not in text and "TODO" not in text):
+        text = text.split("\nLikely cause:")[0] + "\nLikely cause: " + _STRIDED
+    return ExerciseError(text)
 
 
 def ex04_outer(run_2d, TM, TN):
     """Lesson 04, exercise 1: fragments and their outer product."""
     from . import counters
     with barrier_audit() as audit:
-        report = check_product(run_2d, "my_2d", cases=_small_suite(
-            ("square", "ragged", "M=1", "K=1")), audit=audit)
+        try:
+            report = check_product(run_2d, "my_2d", cases=_small_suite(
+                ("square", "ragged", "M=1", "K=1")), audit=audit)
+        except ExerciseError as e:
+            raise _layout_hint(e) from None
     M = N = 16
     K = 8
     a, b = harness.make_operands(M, N, K)
@@ -741,8 +758,11 @@ def ex04_outer(run_2d, TM, TN):
 
 def ex04_store(run_2d_store):
     """Lesson 04, exercise 2: the masked store of a thread's tile."""
-    return str(check_product(run_2d_store, "my_2d_store", cases=_small_suite(
-        ("square", "ragged", "M=1", "N=1", "rectangular"))))
+    try:
+        return str(check_product(run_2d_store, "my_2d_store", cases=_small_suite(
+            ("square", "ragged", "M=1", "N=1", "rectangular"))))
+    except ExerciseError as e:
+        raise _layout_hint(e) from None
 
 
 # ------------------------------------------------------------------ lesson 05
