@@ -1086,10 +1086,11 @@ def _rand(gen, *shape, dev=None):
 
 
 def ex09_epilogue(my_gemm):
-    """Lesson 09, exercise 1: the fused epilogue with BLAS's beta == 0 rule."""
+    """Lesson 09, exercise 1: the fused epilogue with BLAS's beta == 0 rule and a bias per
+    row of C."""
     import torch.nn.functional as F
     gen = torch.Generator().manual_seed(0)
-    a, b, c, bias = _rand(gen, 37, 45), _rand(gen, 45, 29), _rand(gen, 37, 29), _rand(gen, 29)
+    a, b, c, bias = _rand(gen, 37, 45), _rand(gen, 45, 29), _rand(gen, 37, 29), _rand(gen, 37)
     nan_c = torch.full_like(c, float("nan"))
     with _answer("my_gemm"):
         out = my_gemm(a, b, nan_c, beta=0.0, bias=bias, gelu=True)
@@ -1102,12 +1103,13 @@ def ex09_epilogue(my_gemm):
     cases = [
         (0.5, 0.0, False, False, "alpha: multiply the accumulator by alpha"),
         (1.0, -2.0, False, False, "beta: under `if HAS_C:` load the C tile (with `mask`) and add beta times it"),
-        (1.0, 0.0, True, False, "the bias: under `if HAS_BIAS:` load bias[offs_n] (masked on N) "
-                                "and add it to every row, bias[None, :] (one value per column)"),
+        (1.0, 0.0, True, False, "the bias: under `if HAS_BIAS:` load the tile's BLOCK_M bias "
+                                "values (one per row, masked on M) and add each to its row, "
+                                "broadcast across the columns"),
         (1.0, 0.0, True, True, "gelu: under `if GELU:` x = 0.5 * x * (1 + erf(x / sqrt(2))), after the bias"),
         (0.5, 1.5, True, True, "the order: alpha * acc, + beta * C, + bias, then gelu")]
     for alpha, beta, use_bias, gelu, hint in cases:
-        ref = alpha * ab + beta * c.double() + (bias.double() if use_bias else 0)
+        ref = alpha * ab + beta * c.double() + (bias.double()[:, None] if use_bias else 0)
         ref = F.gelu(ref) if gelu else ref
         with _answer("my_gemm"):
             out = my_gemm(a, b, c, alpha=alpha, beta=beta, bias=bias if use_bias else None, gelu=gelu)
