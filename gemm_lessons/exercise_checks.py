@@ -992,18 +992,21 @@ def ex07_kernel(kernel):
 
 
 def ex07_wave(first_wave):
-    """Lesson 07, exercise 3: the L2 model of the first wave."""
+    """Lesson 07, exercise 3: the L2 model of the first wave (given a correct tile order)."""
     from .kernels import k07_triton_swizzle as k07
     for M, N in [(8192, 8192), (4096, 4096), (16384, 2048), (500, 700), (1024, 65536)]:
         for g in (1, 4, 8):
             for programs in (132, 7):
                 want = k07.first_wave(M, N, 128, 256, g, programs)
                 with _answer("my_first_wave", seconds=20):
-                    got = first_wave(M, N, 128, 256, g, programs)
+                    got = first_wave(M, N, 128, 256, g, programs, _grouped)
                 if tuple(got) != tuple(want):
                     raise ExerciseError(f"{M} x {N}, GROUP_SIZE_M={g}, {programs} programs: got "
                                         f"{got} (A strips, B strips), expected {tuple(want)}")
-    return "my_first_wave: right on 30 grids and waves"
+    rows = first_wave(8192, 8192, 128, 256, 1, 132, _grouped)
+    grouped = first_wave(8192, 8192, 128, 256, 8, 132, _grouped)
+    return (f"my_first_wave: right on 30 grids and waves. 8192 x 8192, one wave of 132: "
+            f"row-major {rows[0]} + {rows[1]} strips, grouped {grouped[0]} + {grouped[1]}")
 
 
 # ------------------------------------------------------------------ lesson 08
