@@ -11,7 +11,11 @@ Importing the package decides the engine (GPU, or numba's simulator and Triton's
 interpreter when there is no GPU) before numba or triton is imported; it prints nothing and
 launches nothing.
 """
-from . import engines as _engines
+from . import guard as _guard
+
+_guard.check_platform()   # numba-cuda and triton installed? If not: what is missing, what to do
+
+from . import engines as _engines  # noqa: E402
 from .engines import EngineError, device, engine, select_engine
 from .api import (ACTIVATIONS, UnsupportedDevice, bench, check, check_anywhere, gemm,
                   kernels, matmul, runs_here, show_diff, show_source)
@@ -30,3 +34,5 @@ def backend() -> str:
 
 
 _engines.engine()
+if _engines.engine().kind == "simulator":
+    _guard.check_versions()   # triton < 3.7 with numpy >= 2.4 breaks Triton's interpreter

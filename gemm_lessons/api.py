@@ -9,8 +9,10 @@ import torch
 from . import engines as _backend
 from . import harness as _harness
 from . import registry as _registry
+from .common import dtype_name as _dt
+from .common import run_on_simulator
 
-__all__ = ["kernels", "matmul", "gemm", "check", "check_anywhere", "runs_here", "bench", "show_source", "ACTIVATIONS"]
+__all__ = ["kernels", "matmul", "gemm", "check", "check_anywhere", "runs_here", "bench", "show_source", "show_diff", "ACTIVATIONS"]
 
 ACTIVATIONS = (None, "relu", "gelu", "leaky_relu")
 
@@ -22,10 +24,6 @@ def kernels():
 
 class UnsupportedDevice(ValueError):
     """The GPU lacks an instruction the kernel needs (its compute capability is too low)."""
-
-
-def _dt(d):
-    return str(d).replace("torch.", "")
 
 
 def _check_tensor(what, t, entry, ndims=(2,)):
@@ -106,7 +104,9 @@ def matmul(a, b, kernel="k01_coalesced", *, out=None):
                 or not out.is_contiguous():
             raise ValueError(f"out must be a contiguous ({M}, {N}) {_dt(a.dtype)} tensor on "
                              f"{a.device}; got {tuple(out.shape)} {_dt(out.dtype)} on {out.device}")
-    entry.launch(a, b, out)
+    from .guard import run as guarded   # on the simulator: a size warning, progress
+    guarded(entry, "gl.matmul", 1, M, N, a.shape[1],
+            lambda _, rows: entry.launch(a[rows], b, out[rows]))
     return out
 
 
@@ -190,7 +190,10 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None,
     b3 = (b if b.dim() == 3 else b.unsqueeze(0)).expand(B, K, N)
     c3 = None if c is None else (c if c.dim() == 3 else c.unsqueeze(0)).expand(B, M, N)
     out = torch.empty(B, M, N, dtype=a.dtype, device=a.device)
-    entry.gemm(a3, b3, c3, out, float(alpha), float(beta), bias, activation)
+    from .guard import run as guarded   # on the simulator: a size warning, progress
+    guarded(entry, "gl.gemm", B, M, N, K, lambda bs, rows: entry.gemm(
+        a3[bs, rows], b3[bs], None if c3 is None else c3[bs, rows], out[bs, rows],
+        float(alpha), float(beta), bias, activation))
     return out if batched else out[0]
 
 
@@ -217,17 +220,14 @@ def check_anywhere(kernel):
     return _check_in_child(entry.name)
 
 
+def _check_line(name):
+    return str(check(name))
+
+
 def _check_in_child(name):
-    """``check(name)`` in a child process on the simulator and Triton's interpreter."""
-    import os
-    import subprocess
-    import sys
-    env = dict(os.environ, GEMM_LESSONS_ENGINE="simulator")
-    code = f"import gemm_lessons as gl\nprint(gl.check({name!r}))\n"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise RuntimeError(f"checking {name} on the simulator failed:\n" + proc.stderr[-3000:])
-    return proc.stdout.strip()
+    """The line ``check(name)`` prints, on the simulator and Triton's interpreter (in a
+    child process unless this one simulates)."""
+    return run_on_simulator("gemm_lessons.api:_check_line", name)
 
 
 def bench(kernel, M=4096, N=None, K=None, dtype=None, *, baseline=True):

@@ -22,6 +22,7 @@ import re
 import numpy as np
 
 from . import counters
+from .common import run_on_simulator
 
 __all__ = ["simulate_launcher", "shared_names", "ways", "passes", "ways_table",
            "lane_bank_grid", "lane_bank_plot"]
@@ -43,8 +44,8 @@ def simulate_launcher(target, config, M, N, K, *, seed=0):
     """Trace one launch of ``target`` (``"module:function"``, a launcher taking
     ``(a, b, c, **config)``) on seeded M x N x K inputs in the simulator; returns the
     :class:`counters.Trace`. On a GPU it runs in a child process with the simulator on."""
-    return counters.run_simulated("gemm_lessons.banks:_run_here", target, dict(config),
-                                  M, N, K, seed)
+    return run_on_simulator("gemm_lessons.banks:_run_here", target, dict(config),
+                            M, N, K, seed)
 
 
 def shared_names(module):

@@ -6,6 +6,7 @@
 * :func:`sm_count` - streaming multiprocessors of the GPU, or :data:`NOMINAL_SMS` off it,
   so that rules which depend on it decide the same way on every engine;
 * :func:`simulated` - is this process running numba's simulator and Triton's interpreter;
+* :func:`dtype_name` - ``"float16"`` for ``torch.float16``: how dtypes are printed;
 * :func:`run_on_simulator` - call a function in a child process that runs the simulator,
   so an instrument or a demonstration answers the same on a laptop and on a GPU.
 
@@ -23,7 +24,7 @@ from functools import lru_cache
 from . import engines
 
 __all__ = ["cdiv", "grouped_order", "NOMINAL_SMS", "sm_count", "simulated",
-           "run_on_simulator"]
+           "run_on_simulator", "dtype_name"]
 
 NOMINAL_SMS = 132      # an H100/H200 (SXM): the SM count used where there is no GPU
 
@@ -67,6 +68,12 @@ def simulated() -> bool:
     """True where numba kernels run on the CUDA simulator and Triton's on its interpreter:
     the one answer to "which engine runs" (decided by :mod:`gemm_lessons.engines`)."""
     return engines.engine().kind == "simulator"
+
+
+def dtype_name(dtype) -> str:
+    """The short name of a torch dtype (``"float16"`` for ``torch.float16``); a string is
+    returned as it is, without a ``torch.`` prefix."""
+    return str(dtype).replace("torch.", "")
 
 
 def run_on_simulator(target: str, *args):

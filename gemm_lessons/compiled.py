@@ -3,7 +3,7 @@ shared memory), with or without a GPU.
 
 The simulator has no compiler, so on a machine without a GPU the compilation runs in a
 child process with the simulator off (``GEMM_LESSONS_ENGINE=compile``); NVVM comes from
-numba-cuda's ``cu12`` extra. Each kernel's ``ptx(cc)`` hook (see :class:`Kernel`) says
+numba-cuda's ``cu13`` extra. Each kernel's ``ptx(cc)`` hook (see :class:`Kernel`) says
 which Python function and signature to compile: the configuration a GPU would run.
 
     python -m gemm_lessons ptx k01_coalesced --cc 80
@@ -61,19 +61,20 @@ def ptx(name, cc=(8, 0)) -> str:
 
 
 def find_ptxas():
-    """ptxas from the PATH, else the one numba-cuda's cu12 extra installs, else None."""
-    exe = shutil.which("ptxas")
-    if exe:
-        return exe
-    try:
-        import nvidia.cuda_nvcc as nv
-        for base in nv.__path__:
+    """The ptxas that matches the NVVM numba compiles with: the one the CUDA wheels install
+    beside it (numba-cuda's cu13 extra: ``nvidia.cu13``; ``nvidia.cuda_nvcc``), else the one on
+    the PATH, else None. A ptxas older than NVVM rejects its PTX ("Unsupported .version")."""
+    import importlib
+    for mod in ("nvidia.cu13", "nvidia.cuda_nvcc"):
+        try:
+            paths = importlib.import_module(mod).__path__
+        except ImportError:
+            continue
+        for base in paths:
             cand = Path(base) / "bin" / "ptxas"
             if cand.exists():
                 return str(cand)
-    except ImportError:
-        pass
-    return None
+    return shutil.which("ptxas")
 
 
 def ptxas_report(ptx_text, cc=(8, 0), warnings=False):

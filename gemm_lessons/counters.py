@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import engines
+from . import common, engines
 from ._ptx_plumbing import RecordedArray, record_wide_access, unwrap
 
 __all__ = ["trace", "simulate", "Trace", "Access", "sectors_per_request", "bank_ways",
@@ -243,30 +243,6 @@ def _simulate_here(kernel, M, N, K, dtype, seed, a_layout, b_layout):
     return t
 
 
-def run_simulated(target, *args):
-    """``module:function`` called with ``args`` on the simulator, and its (picklable) result.
-
-    On the simulator it runs here; on a GPU, in a child process with the simulator switched on
-    (numba cannot run both in one process), so instruments give the same answer everywhere.
-    """
-    module, func = target.split(":")
-    if not engines.on_gpu():
-        import importlib
-        return getattr(importlib.import_module(module), func)(*args)
-    import os
-    import pickle
-    import subprocess
-    env = dict(os.environ, GEMM_LESSONS_ENGINE="simulator")
-    code = ("import importlib, pickle, sys, gemm_lessons\n"
-            f"fn = getattr(importlib.import_module({module!r}), {func!r})\n"
-            f"sys.stdout.buffer.write(pickle.dumps(fn(*{args!r})))\n")
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True)
-    if proc.returncode != 0:
-        raise RuntimeError("simulating {} failed:\n{}".format(
-            target, proc.stderr.decode(errors="replace")[-3000:]))
-    return pickle.loads(proc.stdout)
-
-
 def simulate(kernel, M, N, K, dtype="float32", *, seed=0, a="row", b="row") -> Trace:
     """Run the registered ``kernel`` once on seeded M x N x K inputs in the simulator and
     return its :class:`Trace` (global arrays named A, B, C).
@@ -274,5 +250,5 @@ def simulate(kernel, M, N, K, dtype="float32", *, seed=0, a="row", b="row") -> T
     Works on every engine, so a lesson's counts are the same on a laptop and on a GPU: on
     the simulator it runs here; on a GPU, in a child process with the simulator switched on.
     """
-    dtype = str(dtype).replace("torch.", "")
-    return run_simulated("gemm_lessons.counters:_simulate_here", kernel, M, N, K, dtype, seed, a, b)
+    dtype = common.dtype_name(dtype)
+    return common.run_on_simulator("gemm_lessons.counters:_simulate_here", kernel, M, N, K, dtype, seed, a, b)

@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 import torch
 
 from . import engines as _backend
+from . import registry
+from .common import dtype_name
 
 __all__ = ["TOLERANCE", "Case", "shape_suite", "make_operands", "reference", "compare",
            "CheckError", "CheckReport", "check", "check_alpha_beta", "BenchResult", "bench", "time_cuda",
@@ -122,22 +124,27 @@ def compare(c, ref, a, b, dtype):
 
 
 def check_alpha_beta(kernel, dtype, M, N, K, *, seed=5):
-    """BLAS's epilogue contract for a kernel that offers ``alpha`` and ``beta`` through
-    ``gl.gemm``: returns (relative error of ``0.5 * A @ B - 2 * C`` against float64,
-    whether ``beta == 0`` ignored a C full of NaN, whether ``alpha == 0`` ignored an A full
-    of NaN and returned exactly C)."""
-    from . import api
+    """BLAS's epilogue contract for a registered kernel with a ``gemm`` hook (what
+    ``gl.gemm`` launches): returns (relative error of ``0.5 * A @ B - 2 * C`` against
+    float64, whether ``beta == 0`` ignored a C full of NaN, whether ``alpha == 0`` ignored
+    an A full of NaN and returned exactly C)."""
+    entry = registry.get(kernel)
     gen = torch.Generator().manual_seed(seed)
     dev = _backend.device()
     a, b, c = (torch.randn(*s, generator=gen).to(dtype).to(dev)
                for s in ((M, K), (K, N), (M, N)))
-    out = api.gemm(a, b, c, alpha=0.5, beta=-2.0, kernel=kernel)
+
+    def gemm(a, b, c, alpha, beta):
+        out = torch.full((1, M, N), float("nan"), dtype=dtype, device=dev)
+        entry.gemm(a[None], b[None], c[None], out, alpha, beta, None, None)
+        return out[0]
+    out = gemm(a, b, c, 0.5, -2.0)
     ref = 0.5 * (a.double() @ b.double()) - 2.0 * c.double()
     rel = compare(out, ref, a, b, dtype)[1]
     nan_c = torch.full_like(c, float("nan"))
-    beta0 = bool(torch.isfinite(api.gemm(a, b, nan_c, alpha=1.0, beta=0.0, kernel=kernel)).all())
+    beta0 = bool(torch.isfinite(gemm(a, b, nan_c, 1.0, 0.0)).all())
     nan_a = torch.full_like(a, float("nan"))
-    alpha0 = torch.equal(api.gemm(nan_a, b, c, alpha=0.0, beta=1.0, kernel=kernel), c)
+    alpha0 = torch.equal(gemm(nan_a, b, c, 0.0, 1.0), c)
     return rel, beta0, alpha0
 
 
@@ -148,7 +155,7 @@ class CheckError(AssertionError):
 def _diagnose(c, bad, case: Case, name, dtype, rel):
     M, N = c.shape
     nbad = int(bad.sum())
-    lines = [f"{name} is wrong on {case}, {str(dtype).replace('torch.', '')}: "
+    lines = [f"{name} is wrong on {case}, {dtype_name(dtype)}: "
              f"{nbad} of {M * N} elements wrong, relative error {rel:.1e} "
              f"(tolerance {TOLERANCE[dtype]:.0e})"]
     idx = bad.nonzero()[:10].tolist()
@@ -203,10 +210,10 @@ class CheckReport:
         return len({r[0].name for r in self.rows})
 
     def __str__(self):
-        dts = sorted({str(r[1]).replace("torch.", "") for r in self.rows})
+        dts = sorted({dtype_name(r[1]) for r in self.rows})
         if self.ok:
             return f"{self.kernel}: correct on {self.n_shapes} shapes ({', '.join(dts)})"
-        bad = [f"{r[0].name} {str(r[1]).replace('torch.', '')}" for r in self.rows if not r[2]]
+        bad = [f"{r[0].name} {dtype_name(r[1])}" for r in self.rows if not r[2]]
         return f"{self.kernel}: WRONG on {len(bad)} cases: {', '.join(bad)}"
 
 
@@ -341,7 +348,7 @@ class BenchResult:
         return self.baseline_ms / self.ms
 
     def __str__(self):
-        dt = str(self.dtype).replace("torch.", "")
+        dt = dtype_name(self.dtype)
         if self.ms is None:
             return f"{self.kernel} {dt} {self.M}x{self.N}x{self.K}: not timed ({self.note})"
         return (f"{self.kernel} {dt} {self.M}x{self.N}x{self.K}: {self.ms:.3f} ms, "

@@ -46,16 +46,18 @@ import numpy as np
 from . import _ptx_plumbing as pl
 from ._ptx_plumbing import PTXUsageError, msg_literal, set_doc
 
-__all__ = ["SIMULATED", "MIN_CC", "ATOM_BYTES", "SWIZZLE_SMEM_ALIGN", "SMEM_ALIGN", "INSTRUCTIONS", "swizzle128",
+__all__ = ["SIMULATED", "MIN_CC", "ATOM_BYTES", "SWIZZLE_SMEM_ALIGN", "SMEM_ALIGN",
+           "INSTRUCTIONS", "swizzle128",
            "swizzled_offset",
            "acc_row_col", "wgmma_mma", "wgmma_store_d", "wgmma_fence", "wgmma_commit_group",
            "wgmma_wait_group", "fence_proxy_async"]
 
 SIMULATED = pl.SIMULATED
 
-#: wgmma needs compute capability 9.x (the arch-specific target sm_90a, which numba uses on
-#: a 9.x GPU); Blackwell (10.x) replaced it with tcgen05.
-MIN_CC = (9, 0)
+#: Minimum compute capability of each instruction family (as ``ptx.MIN_CC``): wgmma needs
+#: 9.x (the arch-specific target sm_90a, which numba uses on a 9.x GPU); Blackwell (10.x)
+#: replaced it with tcgen05.
+MIN_CC = {"wgmma": (9, 0)}
 
 #: Bytes in one 128-byte-swizzle atom (8 rows of 128 bytes).
 ATOM_BYTES = 1024

@@ -1,5 +1,5 @@
 """The one list of kernels: collected from ``KERNELS`` in each ``gemm_lessons.kernels``
-module, in lesson order. Tests, the CLI, the plots and the README table loop over it."""
+module, in lesson order (and within a lesson, in the order of its steps). Tests, the CLI, the plots and the README table loop over it."""
 from __future__ import annotations
 
 import importlib
@@ -29,7 +29,7 @@ def _load():
         if k.name in seen:
             raise RuntimeError(f"two kernels are registered as {k.name!r}")
         seen.add(k.name)
-    return tuple(sorted(found, key=lambda k: k.lesson))
+    return tuple(sorted(found, key=lambda k: (k.lesson, k.step)))   # stable: module order within a step
 
 
 def entries():

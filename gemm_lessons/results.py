@@ -10,6 +10,7 @@ from pathlib import Path
 
 import torch
 
+from .common import dtype_name
 from .harness import BenchResult
 
 HERE = Path(__file__).resolve().parent / "results"
@@ -23,7 +24,7 @@ def write_csv(path, results, lessons, *, device, versions):
         ver = "; ".join(f"{k} {v}" for k, v in versions.items())
         for r, lesson in zip(results, lessons):
             w.writerow({"kernel": r.kernel, "lesson": lesson,
-                        "dtype": str(r.dtype).replace("torch.", ""), "M": r.M, "N": r.N,
+                        "dtype": dtype_name(r.dtype), "M": r.M, "N": r.N,
                         "K": r.K, "ms": f"{r.ms:.6f}", "baseline_ms": f"{r.baseline_ms:.6f}",
                         "device": device, "versions": ver})
 
@@ -83,7 +84,7 @@ def figure(key: str) -> str:
     M, N, K = dims * 3 if len(dims) == 1 else dims
     rows, _, _ = _read_cached(str(path) if path else None)
     hits = [r for _, r in rows if r.kernel == kernel and (r.M, r.N, r.K) == (M, N, K)
-            and (not dtype or str(r.dtype).replace("torch.", "") == dtype[0])]
+            and (not dtype or dtype_name(r.dtype) == dtype[0])]
     if not hits:
         raise FigureError(f"figure key {key!r}: no such row in "
                           f"{path.name if path else 'h200_ladder.csv'}")

@@ -7,7 +7,7 @@ import numpy as np
 
 from .kernels import k07_triton_swizzle as k07
 
-__all__ = ["tile_order_plot", "wave_plot", "config_plot"]
+__all__ = ["tile_order_plot", "wave_plot", "config_plot", "recorded", "recorded_table"]
 
 
 def tile_order_plot(num_pid_m, num_pid_n, group_sizes=(1, 4), wave=None, axes=None):
@@ -79,3 +79,34 @@ def config_plot(rows, ax=None, title="autotuning configs"):
     ax.set_title(title, fontsize=10)
     ax.legend(fontsize=7, ncol=2)
     return ax
+
+
+def recorded(csv_name):
+    """{(kernel, dtype, M, N, K): BenchResult} of a CSV under gemm_lessons/results/."""
+    from . import results
+    rows, _, _ = results.read_csv(results.HERE / csv_name)
+    return {(r.kernel, str(r.dtype).replace("torch.", ""), r.M, r.N, r.K): r for _, r in rows}
+
+
+def recorded_table(csv_name, kernels, columns, field="all"):
+    """A text table of recorded timings: one row per kernel, one column per (dtype, size)
+    with "ms, TFLOP/s, ratio x" (field="all") or only the TFLOP/s and ratio ("tflops").
+    The first row is the baseline of each column (cuBLAS in the sweeps of lessons 07-08)."""
+    rec = recorded(csv_name)
+    cells = {}
+    for name in kernels:
+        for dtype, n in columns:
+            r = rec[(name, dtype, n, n, n)]
+            cells[name, dtype, n] = (f"{r.ms:.3f} ms, {r.tflops:.0f}, {r.ratio:.2f}x"
+                                     if field == "all" else f"{r.tflops:.0f}, {r.ratio:.2f}x")
+    base = {(d, n): rec[(kernels[0], d, n, n, n)] for d, n in columns}
+    heads = [f"{'fp16' if d == 'float16' else 'bf16'} {n}" for d, n in columns]
+    width = max(len(v) for v in cells.values()) + 1
+    namew = max(len(k) for k in kernels + ["cuBLAS"]) + 1
+    lines = [f"{'':{namew}}" + "".join(f"{h:>{width}}" for h in heads)]
+    cub = "".join(f"{(f'{b.baseline_ms:.3f} ms, {b.baseline_tflops:.0f}' if field == 'all' else f'{b.baseline_tflops:.0f}'):>{width}}"
+                  for b in base.values())
+    lines.append(f"{'cuBLAS':{namew}}" + cub)
+    for name in kernels:
+        lines.append(f"{name:{namew}}" + "".join(f"{cells[name, d, n]:>{width}}" for d, n in columns))
+    return "\n".join(lines)

@@ -1,16 +1,27 @@
-"""Lesson 04: register tiling keeps fragments and accumulators in registers, the last two
-steps load 128 bits at a time, and the finished kernel reads shared memory conflict-free."""
+"""Lesson 04: every step correct on the shape suite, the simulator running each kernel's GPU
+loop, fragments and accumulators in registers, 128-bit loads where the lesson says so, one
+barrier per tile in the overlapped loop, the deliberate bug caught."""
 import re
 
 import pytest
 import torch
 
 import gemm_lessons as gl
-from gemm_lessons import compiled, counters, engines, harness, ptx_simt
+from gemm_lessons import banks, compiled, engines, harness, ptx_simt
 from gemm_lessons.kernels import k04_register_tiling as k04
+from gemm_lessons.kernels import k04_tiles, k04_vectorized, k04_warp_tiling
+from gemm_lessons.kernels.k04_tiles import GPU_CONFIGS, SIM_CONFIGS, Tiles
+from gemm_lessons.labs import k04 as lab
 
-STEPS = ["k04_1d_tiling", "k04_2d_tiling", "k04_vectorized", "k04_register_tiling"]
+STEPS = [k.name for k in k04.KERNELS]
+VECTOR = STEPS[2:]                      # the float4 steps
 sim_only = pytest.mark.skipif(engines.on_gpu(), reason="runs the simulator")
+
+
+def test_the_lesson_registers_seven_steps_in_order():
+    assert STEPS == ["k04_1d_tiling", "k04_2d_tiling", "k04_vectorized", "k04_warp_tiling",
+                     "k04_thread_tile", "k04_double_buffer", "k04_register_tiling"]
+    assert [k.name for k in gl.kernels() if k.lesson == 4] == STEPS
 
 
 @pytest.mark.parametrize("name", STEPS)
@@ -18,93 +29,53 @@ def test_correct_on_the_suite(name):
     assert gl.check(name).ok
 
 
-def _count(text, op):
-    return len(re.findall(re.escape(op) + r"\s", text))
+@pytest.mark.parametrize("name", STEPS)
+def test_simulator_config_differs_from_the_gpu_config_only_in_sizes(name):
+    sim, gpu = SIM_CONFIGS[name], GPU_CONFIGS[name]
+    assert sim.keys() == gpu.keys()
+    assert all(type(v) is int for v in [*sim.values(), *gpu.values()])
+    Tiles(**sim), Tiles(**gpu)          # both valid
 
 
-@pytest.fixture(scope="module")
-def ptx():   # each compiles in a child process (no GPU here): the two that make the point
-    return {name: compiled.ptx(name, (9, 0)) for name in ("k04_2d_tiling", "k04_register_tiling")}
-
-
-def test_fragments_and_accumulators_stay_in_registers(ptx):
-    for name, text in ptx.items():
-        assert "ld.local" not in text and "st.local" not in text, name
-        rep = compiled.ptxas_report(text, (9, 0))
-        if rep is not None:
-            assert rep["spill_stores"] == rep["spill_loads"] == rep["stack_bytes"] == 0, name
-
-
-def test_final_kernel_fits_an_sm_without_spills(ptx):
-    rep = compiled.ptxas_report(ptx["k04_register_tiling"], (9, 0))
-    if rep is None:
-        pytest.skip("ptxas not installed")
-    assert rep["spill_stores"] == 0 and rep["spill_loads"] == 0, rep
-    threads = k04.make_register_tiling(**k04.GPU_CONFIGS["k04_register_tiling"]).threads
-    # a block's warps share the SM's 64K registers, allocated per warp in units of 256
-    per_warp = -(-rep["registers"] * 32 // 256) * 256
-    assert (threads // 32) * per_warp <= 65536, (rep, threads)
-
-
-def test_scalar_steps_then_128_bit_loads(ptx):
-    assert ".v4." not in ptx["k04_2d_tiling"] and "ld.shared.f32" in ptx["k04_2d_tiling"]
-    for name in ("k04_register_tiling",):
-        text = ptx[name]
-        assert _count(text, "ld.global.nc.v4.f32") >= 2, name   # A and B tiles
-        assert _count(text, "ld.shared.v4.f32") >= 4, name      # fragments
-        assert _count(text, "st.shared.v4.f32") >= 1, name      # the B tile
-        assert _count(text, "st.global.v4.f32") >= 1, name      # C
-        assert "ld.shared.f32" not in text, name                 # no scalar shared loads
-
-
-def test_each_shared_load_feeds_more_fmas(ptx):
-    """FMAs per shared-memory load instruction: the point of register tiling."""
-    def ratio(text):
-        loads = _count(text, "ld.shared.f32") + _count(text, "ld.shared.v4.f32")
-        return _count(text, "fma.rn.f32") / loads
-    r2d, rf = ratio(ptx["k04_2d_tiling"]), ratio(ptx["k04_register_tiling"])
-    assert r2d >= 4 and rf >= 16, (r2d, rf)      # lesson 02: 1 FMA per 2 loads
-
-
-def _ways(make, cfg, M, N, K, vector):
-    """Shared-memory ways of one launch of a GPU configuration, in the simulator."""
-    a, b = harness.make_operands(M, N, K)
-    c = torch.empty(M, N)
-    kernel = make(**cfg)
-    threads = (cfg["BM"] // cfg["TM"]) * (cfg["BN"] // cfg["TN"]) if "WM" not in cfg \
-        else kernel.threads
-    grid = ((N + cfg["BN"] - 1) // cfg["BN"], (M + cfg["BM"] - 1) // cfg["BM"])
-    args = [engines.as_numba(x) for x in (a, b, c)] + ([1] if vector else [])
-    with counters.trace(A=a, B=b, C=c) as t:
-        kernel[grid, threads](*args)
-    ref = harness.reference(a, b)
-    assert harness.compare(c, ref, a, b, torch.float32)[0]
-    return t.shared_summary()
-
-
+# One block of the GPU configuration, three k tiles (the last cut by K), edges in M and N:
+# the simulator runs the loop the GPU runs, not only a smaller one.
 @sim_only
-def test_final_kernel_reads_shared_memory_without_conflicts():
-    """At the GPU configuration (one 128 x 128 block, one k tile), the 2-D step's scalar
-    fragment loads conflict, the finished kernel's float4 loads do not."""
-    s2d = _ways(k04.make_2d_tiling, k04.GPU_CONFIGS["k04_2d_tiling"], 128, 128, 8, False)
-    ways2d = sorted(v["load"] for v in s2d.values())
-    assert ways2d == [2, 4]                      # sA 2-way, sB 4-way
-    fin = _ways(k04.make_register_tiling, k04.GPU_CONFIGS["k04_register_tiling"],
-                128, 128, 8, True)      # loads: 1-way; sB stores: 4 passes = 512 B, ideal
-    assert [v["load"] for v in fin.values()] == [1, 1]
-    sA = min(fin)                                # declared first: the transposed A tile
-    assert fin[sA]["store"] == 1                 # padding: transposed stores are 1-way too
+@pytest.mark.parametrize("name", STEPS)
+def test_simulator_runs_the_gpu_configuration(name):
+    cfg = GPU_CONFIGS[name]
+    _, ok = lab.trace(name, cfg, cfg["BM"] - 3, cfg["BN"] - 5, 2 * cfg["BK"] + 3)
+    assert ok, name
+
+
+def test_tile_sizes_are_checked_with_the_rule_named():
+    with pytest.raises(ValueError, match="needs 16 lanes, not 32"):
+        Tiles(BM=128, BN=128, BK=8, WM=32, WN=32, TM=8, TN=8)
+    with pytest.raises(ValueError, match="4 x 4"):
+        Tiles(BM=128, BN=96, BK=8, WM=64, WN=48, TM=8, TN=6)
+    with pytest.raises(ValueError, match="positive"):
+        Tiles(BM=0, BN=128, BK=8, TM=8)
+    with pytest.raises(ValueError, match="do not split evenly"):
+        Tiles(BM=128, BN=128, BK=12, WM=64, WN=32, TM=8, TN=8).loads(vec=4)
+    with pytest.raises(ValueError, match="multiples of 4"):
+        k04.make_register_tiling(**dict(GPU_CONFIGS["k04_register_tiling"], BK=6))
 
 
 def test_launcher_copies_only_what_float4_loads_cannot_read():
     a, b = harness.make_operands(64, 64, 64)
-    assert k04._padded4(a) is a and k04._padded4(b) is b
+    assert k04_tiles.padded4(a) is a and k04_tiles.padded4(b) is b
     at = harness.make_operands(64, 64, 64, a="transposed")[0]
     sl = harness.make_operands(30, 26, 22, a="sliced")[0]
     for t in (at, sl, a[:, :63]):
-        p = k04._padded4(t)
-        assert p is not t and p.shape[1] % 4 == 0 and k04._float4_ready(p)
+        p = k04_tiles.padded4(t)
+        assert p is not t and p.shape[1] % 4 == 0 and k04_tiles.float4_ready(p)
         assert torch.equal(p[:, :t.shape[1]], t) and not p[:, t.shape[1]:].any()
+
+
+def test_the_deliberate_bug_is_caught():
+    """The float4 launcher without its copy stops on a misaligned load (in the simulator on
+    every machine: on a GPU the error is fatal to the process's CUDA context)."""
+    msg = lab.unpadded_failure()
+    assert msg.startswith("IndexError") and "misaligned address" in msg, msg
 
 
 @sim_only
@@ -116,74 +87,97 @@ def test_vector_load_emulation_refuses_misaligned_columns():
         ptx_simt.ld_shared_v4(arr, 0, 2)
 
 
-@sim_only   # on a GPU this is a "misaligned address" error, fatal to the CUDA context
-def test_launcher_that_skips_the_copy_stops_on_misaligned_loads():
-    """Without the launcher's copy, an operand whose width is not a multiple of 4 breaks
-    the float4 loads: the simulator stops as the GPU would."""
-    cfg = k04.config("k04_register_tiling")
-    kernel = k04.make_register_tiling(**cfg)
-
-    def no_copy(a, b, c):
-        M, N = c.shape
-        grid = ((N + cfg["BN"] - 1) // cfg["BN"], (M + cfg["BM"] - 1) // cfg["BM"])
-        a, b = a.contiguous(), k04._padded4(b)    # kept alive until the launch is queued
-        kernel[grid, kernel.threads, engines.numba_stream()](
-            engines.as_numba(a), engines.as_numba(b), engines.as_numba(c), 0)
-
-    case = harness.Case("ragged", 21, 24, 19, hint="K % 4 != 0")
-    with pytest.raises(IndexError, match="misaligned address"):
-        harness.check(no_copy, "no_copy", cases=[case])
-
-
-# ---- OVERLAP=True: the CUTLASS-style main loop (tile unrolled, barrier before the last k)
-OVERLAP_SIM = dict(BM=32, BN=32, BK=8, WM=32, WN=16, TM=4, TN=4, OVERLAP=True)
-OVERLAP_GPU = dict(BM=128, BN=256, BK=8, WM=64, WN=64, TM=16, TN=8, OVERLAP=True)
-
-
-def _run(cfg):
-    return lambda a, b, c: k04.register_tiling(a, b, c, **cfg)
-
-
-def test_overlapped_main_loop_is_correct():
-    assert harness.check(_run(OVERLAP_SIM), "k04 OVERLAP", raise_on_fail=False).ok
-
-
-def test_overlapped_main_loop_is_correct_at_bk16():
+def test_overlapped_loop_at_bk16():
     """One tile (K=1), two (one cut by K), three (an odd count: the loop's second half)."""
+    cfg = dict(SIM_CONFIGS["k04_register_tiling"], BK=16)
     cases = [harness.Case("K=1", 25, 41, 1), harness.Case("ragged", 37, 45, 29),
              harness.Case("three tiles", 32, 32, 48)]
-    rep = harness.check(_run(dict(OVERLAP_SIM, BK=16)), "k04 OVERLAP BK=16", cases=cases,
-                        raise_on_fail=False)
+    rep = harness.check(lambda a, b, c: k04.register_tiling(a, b, c, **cfg), "BK=16",
+                        cases=cases, raise_on_fail=False)
     assert rep.ok, str(rep)
 
 
-def _ptx_of(cfg):
-    """PTX of a k04_register_tiling configuration for sm_90 (a child process without GPU)."""
-    import os
-    import subprocess
-    import sys
-    code = ("import sys; import gemm_lessons; from numba import cuda; "
-            "from gemm_lessons.kernels import k04_register_tiling as k04; "
-            f"k = k04.make_register_tiling(**{cfg!r}); "
-            "sys.stdout.write(cuda.compile_ptx(k.py_func, k04._SIG_VEC, cc=(9, 0), "
-            "launch_bounds=k.launch_bounds)[0])")
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("NUMBA_ENABLE_CUDASIM", "TRITON_INTERPRET")}
-    env["GEMM_LESSONS_ENGINE"] = "compile"
-    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                          text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    return proc.stdout
+# ---------------------------------------------------------------- bank conflicts (traced)
+@sim_only
+def test_warp_tiles_read_shared_memory_without_conflicts():
+    """One 128 x 128 block, one k tile, GPU tile sizes: k04_vectorized's float4 loads of sB
+    take 4 passes where 2 would do; warp tiles read both tiles at the minimum."""
+    def passes(name, module):
+        t, ok = lab.trace(name, GPU_CONFIGS[name], 128, 128, 8)
+        assert ok
+        return banks.passes(t, module)
+    vec = passes("k04_vectorized", k04_vectorized)
+    assert vec["sA"]["load"] == (1.0, 1.0) and vec["sB"]["load"] == (4.0, 2.0)
+    warp = passes("k04_warp_tiling", k04_warp_tiling)
+    assert warp["sA"]["load"] == warp["sB"]["load"] == (1.0, 1.0)
+    assert warp["sA"]["store"] == (1.0, 1.0)         # padded rows: transposed stores 1-way
 
 
-def test_overlapped_main_loop_unrolls_without_local_memory():
-    """Every k step of both tiles of a trip unrolled (2 * BK * TM * TN FMAs), in registers
-    (no local memory, no spills), with one barrier per tile (+1 before the loop)."""
-    text = _ptx_of(OVERLAP_GPU)
+# ---------------------------------------------------------------------------- PTX facts
+def _count(text, op):
+    return len(re.findall(re.escape(op) + r"\s", text))
+
+
+@pytest.fixture(scope="module")
+def ptx():
+    """sm_90 PTX of every step's GPU configuration, compiled in one (child) process."""
+    return lab.ptx_of(STEPS, (9, 0))
+
+
+@pytest.mark.parametrize("name", STEPS)
+def test_fragments_and_accumulators_stay_in_registers(ptx, name):
+    text = ptx[name]
     assert "ld.local" not in text and "st.local" not in text
-    cfg = OVERLAP_GPU
-    assert _count(text, "fma.rn.f32") == 2 * cfg["BK"] * cfg["TM"] * cfg["TN"]
-    assert _count(text, "bar.sync") == 3
     rep = compiled.ptxas_report(text, (9, 0))
     if rep is not None:
         assert rep["spill_stores"] == rep["spill_loads"] == rep["stack_bytes"] == 0, rep
+
+
+def test_scalar_steps_then_128_bit_loads(ptx):
+    for name in STEPS[:2]:
+        assert ".v4." not in ptx[name] and "ld.shared.f32" in ptx[name], name
+    for name in VECTOR:
+        text = ptx[name]
+        assert _count(text, "ld.global.nc.v4.f32") >= 2, name   # A and B tiles
+        assert _count(text, "ld.shared.v4.f32") >= 4, name      # fragments
+        assert _count(text, "st.shared.v4.f32") >= 1, name      # the B tile
+        assert _count(text, "st.global.v4.f32") >= 1, name      # C
+        assert "ld.shared.f32" not in text, name                 # no scalar shared loads
+
+
+def test_barriers_per_tile(ptx):
+    """Single buffer: two barriers per tile. Double buffer: one per tile, two tiles per trip.
+    Overlapped: one per tile, and one before the loop."""
+    for name in STEPS[:5]:
+        assert _count(ptx[name], "bar.sync") == 2, name
+    assert _count(ptx["k04_double_buffer"], "bar.sync") == 2
+    assert _count(ptx["k04_register_tiling"], "bar.sync") == 3
+
+
+def test_overlapped_loop_is_written_out(ptx):
+    """Every k step of both tiles of a trip written out: 2 * BK * TM * TN FMAs."""
+    cfg = GPU_CONFIGS["k04_register_tiling"]
+    assert _count(ptx["k04_register_tiling"], "fma.rn.f32") == 2 * cfg["BK"] * cfg["TM"] * cfg["TN"]
+
+
+def test_each_shared_load_feeds_more_fmas(ptx):
+    """FMAs per shared-memory load instruction: the point of register tiling."""
+    def ratio(text):
+        loads = _count(text, "ld.shared.f32") + _count(text, "ld.shared.v4.f32")
+        return _count(text, "fma.rn.f32") / loads
+    assert ratio(ptx["k04_2d_tiling"]) >= 4                      # lesson 02: 1 FMA per 2 loads
+    # the finished loop: (TM + TN) / 4 float4 loads per k, 2 * BK k per trip, + the first k's
+    cfg = GPU_CONFIGS["k04_register_tiling"]
+    loads = _count(ptx["k04_register_tiling"], "ld.shared.v4.f32")
+    assert loads == (2 * cfg["BK"] + 1) * (cfg["TM"] + cfg["TN"]) // 4
+    assert ratio(ptx["k04_register_tiling"]) > 20
+
+
+def test_finished_kernel_fits_an_sm(ptx):
+    rep = compiled.ptxas_report(ptx["k04_register_tiling"], (9, 0))
+    if rep is None:
+        pytest.skip("ptxas not installed")
+    threads = Tiles(**GPU_CONFIGS["k04_register_tiling"]).threads
+    # a block's warps share the SM's 64K registers, allocated per warp in units of 256
+    per_warp = -(-rep["registers"] * 32 // 256) * 256
+    assert (threads // 32) * per_warp <= 65536, (rep, threads)

@@ -47,6 +47,47 @@ def test_ptx_is_wmma_from_shared_memory_with_fragments_in_registers():
     if rep is not None:
         assert rep["spill_stores"] == 0 and rep["stack_bytes"] == 0
         assert rep["smem_bytes"] <= 48 * 1024
+        # the launch bounds ask for two blocks of 256 threads per SM: <= 128 registers
+        assert rep["registers"] <= 128
+
+
+def test_ptx_stages_tiles_in_16_byte_copies_and_waits_for_them():
+    import re
+    text = compiled.ptx(NAME, (9, 0))
+    copies = re.findall(r"cp\.async\.cg\.shared\.global \[[^]]+\], \[[^]]+\], 16, %r\d+;", text)
+    assert len(copies) >= 2                          # the A chunks and the B chunks
+    assert "cp.async.wait_group 0;" in text          # no copy left in flight: no pipeline
+    # no element-wise staging: no 2-byte global loads, no 2-byte shared stores
+    assert not re.search(r"ld\.global(\.nc)?\.[us]16", text)
+    assert not re.search(r"st\.shared\.[ub]16", text)
+
+
+def test_aligned_rows_passes_aligned_operands_through_and_pads_the_rest():
+    wide = torch.randn(5, 24).half()
+    ok = wide[:, :16]                                # row stride 24, width 16, aligned
+    assert k05.aligned_rows(ok) is ok
+    for bad in (wide[:, :13], wide[:, 1:17], torch.randn(16, 8).half().T):
+        out = k05.aligned_rows(bad)
+        assert out.shape[1] % 8 == 0 and out.stride(1) == 1 and out.data_ptr() % 16 == 0
+        assert torch.equal(out[:, :bad.shape[1]], bad)
+        assert not out[:, bad.shape[1]:].any()       # the padding is zeros
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_chunk_masks_on_operands_passed_as_they_are(dtype):
+    # A and B rows are whole 16-byte chunks (no copy by the launcher), but M, N and K are
+    # multiples of no tile: the kernel's per-chunk tests alone keep the edges right
+    gen = torch.Generator().manual_seed(5)
+    M, N, K = 40, 24, 40
+    wa = torch.randn(M, 48, generator=gen).to(dtype)
+    wb = torch.randn(K, 32, generator=gen).to(dtype)
+    a, b = wa[:, :K].to(gl.device()), wb[:, :N].to(gl.device())
+    assert k05.aligned_rows(a) is a and k05.aligned_rows(b) is b
+    out = torch.full((M, N), float("nan"), dtype=dtype, device=gl.device())
+    k05.wmma(a, b, out)
+    ref = a.double().cpu() @ b.double().cpu()
+    err = ((out.double().cpu() - ref).norm() / ref.norm()).item()
+    assert err < 1e-2 and not out.isnan().any()
 
 
 # ----------------------------------------------------------------- the intrinsics, compiled

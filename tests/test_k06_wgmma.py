@@ -14,11 +14,20 @@ import pytest
 import torch
 from numba import cuda
 
-from gemm_lessons import compiled, engines, harness, ptx_hopper
+from gemm_lessons import compiled, engines, harness, ptx, ptx_hopper
 from gemm_lessons.kernels import k06_wgmma as k06w
 from gemm_lessons.ptx import PTXUsageError
 
 SIM = not engines.on_gpu()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def copies_land_at_random_moments():
+    # on the simulator every copy lands at a random moment between its issue and its wait
+    # (seeded), so a kernel that overwrote a buffer still in flight or still being read
+    # would fail these checks (on a GPU the hardware decides; this changes nothing there)
+    with ptx.cp_async_landing("random", seed=6):
+        yield
 NAME = "k06_wgmma"
 HOPPER = SIM or engines.engine().capability >= (9, 0)
 needs_hopper = pytest.mark.skipif(not HOPPER, reason="wgmma needs compute capability 9.0")
@@ -38,6 +47,20 @@ def test_other_tiles_and_depths_are_correct(cfg):
     cases = [c for c in harness.shape_suite() if c.name in ("ragged", "K=1", "sliced")]
     cases.append(harness.Case("long K", 70, 130, 400 if SIM else 3000))
     assert harness.check(run, f"k06_wgmma {cfg}", (torch.float16,), cases).ok
+
+
+def test_the_simulator_configuration_differs_only_in_tile_sizes():
+    gpu, sim = k06w.GPU_CONFIG, k06w.SIM_CONFIG
+    differ = {f for f in vars(gpu) if getattr(gpu, f) != getattr(sim, f)}
+    assert type(gpu) is type(sim) and differ <= {"BM", "BN"}   # same stages, same waits
+
+
+@pytest.mark.skipif(not SIM, reason="the GPU runs its own configuration in every test")
+def test_the_gpu_configuration_itself_is_correct_on_the_simulator():
+    # two warpgroups, m64n256k16: the very loop the GPU runs, on one small ragged shape
+    run = lambda a, b, out: k06w.run(a, b, None, out, config=k06w.GPU_CONFIG)  # noqa: E731
+    case = harness.Case("ragged, two tiles", 70, 40, 100)
+    assert harness.check(run, NAME, (torch.float16,), [case]).ok
 
 
 def test_the_checkpoint_prints_the_same_line_on_any_machine():
@@ -61,7 +84,7 @@ def test_gemm_alpha_beta_follow_blas():
 def test_ptx_is_wgmma_with_descriptors_fences_and_waits():
     text = compiled.ptx(NAME, (9, 0))
     assert ".target sm_90a" in text                      # wgmma is arch-specific
-    n = k06w.GPU_CONFIG["BN"]
+    n = k06w.GPU_CONFIG.BN
     assert text.count(f"wgmma.mma_async.sync.aligned.m64n{n}k16.f32.f16.f16") == 4
     for op in ("wgmma.fence.sync.aligned", "wgmma.commit_group.sync.aligned",
                "wgmma.wait_group.sync.aligned 1", "wgmma.wait_group.sync.aligned 0",
@@ -84,9 +107,13 @@ def test_wgmma_runs_on_hopper_only():
 
 def test_bad_arguments_get_clear_errors():
     with pytest.raises(ValueError, match="BM a multiple of 64"):
-        k06w.make_kernel(BM=96)
+        k06w.WgmmaConfig(BM=96)
+    with pytest.raises(ValueError, match="BN 64, 128, 192 or 256"):
+        k06w.WgmmaConfig(BN=100)
+    with pytest.raises(ValueError, match="STAGES >= 3"):
+        k06w.WgmmaConfig(STAGES=2)
     with pytest.raises(ValueError, match="multiple of 8 rows apart"):
-        k06w.make_kernel(BM=64, BN=256)
+        k06w.WgmmaConfig(BM=64, BN=256)
     if SIM:
         acc = np.zeros(32, np.float32)
         s = np.zeros(64 * 64, np.float16)

@@ -13,7 +13,9 @@ import torch
 import torch.nn.functional as F
 
 from gemm_lessons import engines
+from gemm_lessons.common import sm_count
 from gemm_lessons.kernels import k09_fused_epilogue as k09
+from gemm_lessons.labs import k09 as lab
 
 KERNELS = ["k09_fused_epilogue", "k09_split_k"]
 ACTS = [None, "relu", "gelu", "leaky_relu"]
@@ -161,7 +163,7 @@ def test_alpha_zero_never_reads_a_or_b(rec, name):
 
 def test_the_nan_checks_can_fail(rec, monkeypatch):
     # a GEMM that computes beta * C even when beta == 0 leaks C's NaN: the test above sees it
-    monkeypatch.setattr(k09, "_reads", lambda alpha, beta: (True, True))
+    monkeypatch.setattr(k09, "blas_reads", lambda alpha, beta: (True, True))
     a, b = rand(20, 24), rand(24, 18, seed=1)
     c = torch.full((20, 18), float("nan"), dtype=torch.float16, device=DEV)
     out = gl.gemm(a, b, c, beta=0.0)
@@ -312,7 +314,7 @@ def test_gemm_splits_where_the_rule_says(rec):
     cfg = k09.default_config(torch.float16)
     a, b = rand(16, 1024), rand(1024, 16, seed=1)
     want = k09.split_k_rule(16, 16, 1024, block_m=cfg.BLOCK_SIZE_M, block_n=cfg.BLOCK_SIZE_N,
-                            block_k=cfg.BLOCK_SIZE_K, sms=k09.num_sms())
+                            block_k=cfg.BLOCK_SIZE_K, sms=sm_count())
     out = gl.gemm(a, b, bias=rand(16, seed=3), activation="relu")
     ref, scale = reference(a, b, None, 1.0, 0.0, rand(16, seed=3), "relu")
     assert_close(out, ref, scale, torch.float16, "auto split")
@@ -349,9 +351,9 @@ def test_split_k_applies_the_epilogue_once_after_the_full_sum(rec):
 
 
 def test_fusion_bytes_and_benchmarks_off_the_gpu():
-    unfused, fused, saved = k09.fusion_bytes(8192, 16384, torch.float16)
+    unfused, fused, saved = lab.fusion_bytes(8192, 16384, torch.float16)
     assert fused == 8192 * 16384 * 2 and saved == 2 * fused and unfused == 3 * fused
     if not engines.on_gpu():
-        res = k09.bench_epilogue(64, 64, 64)
+        res = lab.bench_epilogue(64, 64, 64)
         assert res.ms == {} and "not timed" in str(res)
-        assert k09.bench_split_k(64, 64, 256) == {}
+        assert lab.bench_split_k(64, 64, 256) == {}

@@ -21,12 +21,13 @@ import torch.nn.functional as F
 from gemm_lessons import engines, harness, triton_asm
 from gemm_lessons.kernels import k09_fused_epilogue as k09
 from gemm_lessons.kernels import k09_fused_tma as tma
+from gemm_lessons.labs import k09 as lab
 from test_k09_fused_epilogue import ACTS, Recorder, assert_close, reference
 
 NAME = "k09_fused_tma"
 DTYPES = [torch.float16, torch.bfloat16]
 DEV = engines.device()
-needs_tma = pytest.mark.skipif(not tma.runs_here(), reason="TMA needs sm_90 (or the interpreter)")
+needs_tma = pytest.mark.skipif(not gl.runs_here("k09_fused_tma"), reason="TMA needs sm_90 (or the interpreter)")
 pytestmark = needs_tma
 
 
@@ -53,7 +54,7 @@ def tma_launch(rec):
 
 # ------------------------------------------------------------------ the checks
 def test_check_passes_in_every_dtype(rec):
-    line = tma.check_anywhere()
+    line = gl.check_anywhere("k09_fused_tma")
     assert line == "k09_fused_tma: correct on 9 shapes (bfloat16, float16)"
     # the suite exercises both paths: aligned shapes by TMA, odd ones by the fallback
     assert rec[0].calls and rec[1].calls
@@ -223,7 +224,7 @@ def test_aligned_operands_take_the_tma_path():
 
 
 # ------------------------------------------------------------------ the compiled kernel
-@pytest.mark.skipif(engines.on_gpu() and not tma.runs_here(), reason="needs sm_90")
+@pytest.mark.skipif(engines.on_gpu() and not gl.runs_here("k09_fused_tma"), reason="needs sm_90")
 def test_on_hopper_a_and_b_move_by_tma_into_wgmma_without_spills():
     # bias + gelu, 2-D descriptors (the timed case); gelu alone, 3-D, B = W.t()
     s2, s3 = triton_asm.compile_kernels([
@@ -244,12 +245,12 @@ def test_on_hopper_a_and_b_move_by_tma_into_wgmma_without_spills():
 
 def test_same_epilogue_no_block_pointers():
     src = inspect.getsource(tma)
-    assert src.count("k09._epilogue(") == 3        # lesson 09's epilogue, not a copy of it
+    assert src.count("k09.epilogue(") == 3        # lesson 09's epilogue, not a copy of it
     assert "make_block_ptr" not in src and "tl.advance" not in src
 
 
 def test_bench_labels_each_kernel():
-    res = k09.EpilogueBench(8, 8, 8, torch.float16, "gelu",
+    res = lab.EpilogueBench(8, 8, 8, torch.float16, "gelu",
                             {"k09_fused_epilogue": 2.0, "k09_fused_tma": 1.6,
                              "torch eager": 1.8, "torch.compile": 1.7},
                             configs={"k09_fused_epilogue": "p", "k09_fused_tma": "t"})
@@ -258,4 +259,4 @@ def test_bench_labels_each_kernel():
     assert "k09_fused_epilogue is 0.90x this, k09_fused_tma is 1.12x this" in text
     assert res.ratio("torch.compile", "k09_fused_tma") == pytest.approx(1.7 / 1.6)
     if not engines.on_gpu():
-        assert "not timed" in str(k09.bench_epilogue(64, 64, 64))
+        assert "not timed" in str(lab.bench_epilogue(64, 64, 64))

@@ -1,9 +1,9 @@
 """Lessons 02-04 on a GPU: check, then time, every SIMT fp32 kernel and a set of lesson-04
 configurations against cuBLAS SGEMM (TF32 off), in one process.
 
-    python tools/sweep_k04.py                 # everything (< 3 min on an H200)
+    python tools/sweep_k04.py                 # everything (a few minutes on an H200)
     python tools/sweep_k04.py --quick         # registered kernels only
-    python tools/sweep_k04.py --only 8x16     # k04 configs whose name contains "8x16"
+    python tools/sweep_k04.py --only t8x16    # configurations whose name contains "t8x16"
     python tools/sweep_k04.py --ncu           # one launch of each lesson-03/04 kernel, for ncu:
 
     ncu --metrics l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,\\
@@ -13,8 +13,8 @@ configurations against cuBLAS SGEMM (TF32 off), in one process.
 
 What it does:
 1. checks every registered lesson-02..04 kernel on the shape suite (GPU sizes);
-2. for every k04_register_tiling configuration below: builds it, checks it on three awkward
-   shapes, reads registers/spills/shared memory from the compiled kernel and the blocks
+2. for every configuration below (a lesson-04 step with other tile sizes): builds it,
+   checks it on three awkward shapes, reads registers/spills/shared memory from the compiled kernel and the blocks
    per SM they allow;
 3. times everything at 4096 and 8192 (fp32) with CUDA events, cuBLAS (TF32 off) timed
    before and after each size's kernels in the same process (the ratio uses their mean);
@@ -37,25 +37,23 @@ import torch  # noqa: E402
 from gemm_lessons import harness  # noqa: E402
 from gemm_lessons.kernels import k04_register_tiling as k04  # noqa: E402
 
+STEP = {k.name: k for k in k04.KERNELS}     # name -> registry entry (launch, source factory)
+
 T0 = time.time()
 SIZES = (4096, 8192)
-LESSON_KERNELS = ["k02_smem_tiling", "k03_bank_conflicts", "k03_padded", "k04_1d_tiling",
-                  "k04_2d_tiling", "k04_vectorized", "k04_register_tiling"]
+LESSON_KERNELS = ["k02_smem_tiling", "k03_bank_conflicts", "k03_padded"] + list(STEP)
 SLOW = {"k02_smem_tiling", "k03_bank_conflicts", "k03_padded", "k04_1d_tiling"}
 
-# k04_register_tiling configurations (the registered one is GPU_CONFIGS[...]). Steady-state
-# instructions per tile of the main loop, read offline from ptxas's sm_90 SASS: FFMA share
-# (registers). H200 before OVERLAP: registered (first) 0.81-0.83x, 256x128 ks4 0.86x.
+# (step, tile sizes): the registered ones are k04_tiles.GPU_CONFIGS; these try other shapes
+# of the block, warp and thread tiles with the last two steps' loops.
 CONFIGS = [
-    dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8),                   # 87.9% (246)
-    dict(BM=256, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8, KSTEPS=4),         # 90.0% (246)
-    dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8, KSTEPS=4),         # 89.3% (246)
-    # OVERLAP: tile unrolled, next tile stored + barrier before the last k step
-    dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8, OVERLAP=True),     # 91.1% (254), 2 blk/SM
-    dict(BM=256, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8, OVERLAP=True),     # 91.8% (246), 1 blk/SM
-    dict(BM=128, BN=256, BK=8, WM=64, WN=64, TM=16, TN=8, OVERLAP=True),     # 92.3% (246), 1 blk/SM
-    dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=8, TN=16, OVERLAP=True),     # 91.4% (250), 2 blk/SM
-    dict(BM=128, BN=256, BK=8, WM=64, WN=64, TM=8, TN=16, OVERLAP=True),
+    ("k04_double_buffer", dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8)),
+    ("k04_register_tiling", dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8)),
+    ("k04_register_tiling", dict(BM=256, BN=128, BK=8, WM=64, WN=64, TM=16, TN=8)),
+    ("k04_register_tiling", dict(BM=128, BN=256, BK=8, WM=64, WN=64, TM=16, TN=8)),
+    ("k04_register_tiling", dict(BM=128, BN=128, BK=8, WM=64, WN=64, TM=8, TN=16)),
+    ("k04_register_tiling", dict(BM=128, BN=256, BK=8, WM=64, WN=64, TM=8, TN=16)),
+    ("k04_register_tiling", dict(BM=128, BN=128, BK=16, WM=64, WN=32, TM=8, TN=8)),
 ]
 
 
@@ -63,18 +61,9 @@ def log(msg):
     print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
 
 
-def name_of(cfg):
-    s = (f"k04 {cfg['BM']}x{cfg['BN']}x{cfg['BK']} w{cfg['WM']}x{cfg['WN']} "
-         f"t{cfg['TM']}x{cfg['TN']}")
-    if cfg.get("OVERLAP"):
-        s += " overlap"
-    elif cfg.get("KSTEPS", 2) != 2:
-        s += f" ks{cfg['KSTEPS']}"
-    if cfg.get("PIPELINE"):
-        s += " pipe"
-    if "MIN_BLOCKS" in cfg:
-        s += f" mb{cfg['MIN_BLOCKS']}"
-    return s
+def name_of(step, cfg):
+    return (f"{step} {cfg['BM']}x{cfg['BN']}x{cfg['BK']} w{cfg['WM']}x{cfg['WN']} "
+            f"t{cfg['TM']}x{cfg['TN']}")
 
 
 def resources(kernel):
@@ -119,20 +108,23 @@ def time_one(run, a, b, out, slow):
     return harness.time_cuda(lambda: run(a, b, out))
 
 
+NCU_KERNELS = ["k03_bank_conflicts", "k03_padded", "k04_2d_tiling", "k04_vectorized",
+               "k04_warp_tiling", "k04_thread_tile", "k04_double_buffer", "k04_register_tiling"]
+
+
 def ncu_mode():
     """One launch of each kernel whose shared-memory traffic the lessons discuss."""
     n = 1024
     a, b = harness.make_operands(n, n, n)
     out = torch.empty(n, n, device="cuda")
-    for name in ["k03_bank_conflicts", "k03_padded", "k04_2d_tiling", "k04_vectorized",
-                 "k04_register_tiling"]:
+    for name in NCU_KERNELS:
         gl.matmul(a, b, name, out=out)       # compile (and a first launch)
         torch.cuda.synchronize()
         log(f"launched {name} at {n}")
     print("kernel names in ncu: column_walk (k03, PAD=0 first, then PAD=1), tiling_2d, "
-          "vectorized, register_tiling; each appears twice (compile launch + timed launch)")
-    for name in ["k03_bank_conflicts", "k03_padded", "k04_2d_tiling", "k04_vectorized",
-                 "k04_register_tiling"]:
+          "vectorized, warp_tiling, thread_tile, double_buffer, register_tiling; each appears "
+          "twice (compile launch + timed launch)")
+    for name in NCU_KERNELS:
         gl.matmul(a, b, name, out=out)
     torch.cuda.synchronize()
 
@@ -164,19 +156,19 @@ def main():
             names.remove(name)
 
     # 2. k04 configurations: build, check, resources
-    configs = [] if args.quick else [c for c in CONFIGS
-                                     if args.only is None or args.only in name_of(c)]
+    configs = [] if args.quick else [(s, c) for s, c in CONFIGS
+                                     if args.only is None or args.only in name_of(s, c)]
     runs = []
-    for cfg in configs:
-        name = name_of(cfg)
-        run = (lambda c: lambda a, b, out: k04.register_tiling(a, b, out, **c))(cfg)
+    for step, cfg in configs:
+        name = name_of(step, cfg)
+        run = (lambda f, c: lambda a, b, out: f(a, b, out, **c))(STEP[step].launch, cfg)
         t = time.time()
         try:
             ok, msg = quick_check(run, name)
         except Exception as exc:  # noqa: BLE001
             log(f"{name}: FAILED to build or run: {type(exc).__name__}: {str(exc)[:800]}")
             continue
-        kernel = k04.make_register_tiling(**cfg)
+        kernel = STEP[step].source(**cfg)
         regs, local, smem, blocks = resources(kernel)
         log(f"{name}: {msg} ({time.time() - t:.0f} s); {kernel.threads} threads, {regs} "
             f"registers, {local} B local (spills), {smem} B shared, {blocks} block(s)/SM; "
@@ -218,7 +210,7 @@ def main():
         print(f"| {name} | {size} | {ms:.3f} | {tf:.1f} | {btf:.1f} | {ratio:.2f} |")
     best = {}
     for name, size, ms, tf, btf, ratio in rows:
-        if name.startswith("k04 ") or name == "k04_register_tiling":
+        if name.startswith("k04_register_tiling"):
             if size not in best or ratio > best[size][1]:
                 best[size] = (name, ratio)
     for size, (name, ratio) in sorted(best.items()):

@@ -3,19 +3,22 @@ cuBLAS.
 
     python tools/sweep_k05_k06.py              # checks, every config, table (~3 min)
     python tools/sweep_k05_k06.py --quick      # the registered configs only
-    python tools/sweep_k05_k06.py --only 128x256x32/64x64/s4   # one config (see the names)
+    python tools/sweep_k05_k06.py --only "k06ms 128x256x32"   # configs by name (see the names)
+
+Kinds: k05 (k05_wmma), k06db (k06_double_buffer), k06ms (k06_multistage), k06
+(k06_cp_async: prefetched fragments), k06w (k06_wgmma).
 
 What it does, in one process:
-1. checks k05_wmma and k06_cp_async on the shape suite (fp16 and bf16), and k06's BLAS
-   epilogue through gl.gemm (alpha, beta; beta == 0 with NaN in C, alpha == 0 with NaN in
-   A and B);
+1. checks k05_wmma and the lesson-06 kernels on the shape suite (fp16 and bf16), and their
+   BLAS epilogue through gl.gemm (alpha, beta; beta == 0 with NaN in C, alpha == 0 with NaN
+   in A and B);
 2. for every configuration below: builds it, checks it on three awkward shapes (ragged with
    K not a multiple of 8, a transposed operand, M = N = K aligned), reads registers and
    shared memory from the compiled kernel and works out the occupancy, then times it at
    4096 and 8192 (fp16) against cuBLAS of the same dtype, in this process;
-3. times the best k06 configuration and the registered ones in bf16 too;
-4. prints the SASS instruction mix of the registered k06 kernel's main loop when numba
-   can disassemble (nvdisasm on the PATH), else says how to get it with cuobjdump;
+3. times the best lesson-06 configuration and the registered ones in bf16 too;
+4. prints the SASS instruction mix of each registered lesson-06 kernel's main loop when
+   numba can disassemble (nvdisasm on the PATH), else says how to get it with cuobjdump;
 5. prints the table last: TFLOP/s and the ratio to cuBLAS (> 1: faster).
 """
 from __future__ import annotations
@@ -34,37 +37,37 @@ import torch  # noqa: E402
 
 from gemm_lessons import harness  # noqa: E402
 from gemm_lessons.kernels import k05_wmma as k05  # noqa: E402
-from gemm_lessons.kernels import k06_cp_async as k06  # noqa: E402
-from gemm_lessons.kernels import k06_wgmma as k06w  # noqa: E402
+from gemm_lessons.kernels import (k06_cp_async, k06_double_buffer,  # noqa: E402
+                                  k06_multistage, k06_wgmma)
 
 T0 = time.time()
 SIZES = (4096, 8192)
+LESSON6 = {"k06db": k06_double_buffer, "k06ms": k06_multistage, "k06": k06_cp_async,
+           "k06w": k06_wgmma}
+REGISTERED = {"k05": "k05_wmma", "k06db": "k06_double_buffer", "k06ms": "k06_multistage",
+              "k06": "k06_cp_async", "k06w": "k06_wgmma"}
 
-# (kernel, config): k05 configs take BM, BN, BK, WM, WN; k06 configs also STAGES
+# (kind, config): k05 configs are dicts of BM, BN, BK, WM, WN; the lesson-06 WMMA kernels'
+# are tc_common.PipelineConfig fields changed from the kernel's GPU_CONFIG; k06w's are
+# WgmmaConfig fields (BM = 64 per warpgroup, BN = the N of each wgmma, BK = 64)
 K05_CONFIGS = [
     dict(BM=128, BN=128, BK=32, WM=64, WN=32),
 ]
 K06_CONFIGS = [
-    # baselines: the registered config (plain main loop) and the best of the last sweep
-    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4),
-    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=4, PREFETCH=True),  # fragments ahead
-    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=2),   # double buffering (reference)
-    # candidates
-    dict(BM=128, BN=256, BK=32, WM=64, WN=64, STAGES=3, PREFETCH=True),
-    dict(BM=256, BN=128, BK=32, WM=64, WN=64, STAGES=4, PREFETCH=True),  # tall block tile
-    dict(BM=128, BN=128, BK=32, WM=64, WN=64, STAGES=4),   # 4 warps, 2 blocks/SM
-    dict(BM=128, BN=256, BK=64, WM=64, WN=64, STAGES=3, PREFETCH=True),  # half the barriers
-    dict(BM=128, BN=256, BK=64, WM=64, WN=64, STAGES=4, PREFETCH=True),
-    dict(BM=256, BN=128, BK=64, WM=64, WN=64, STAGES=3, PREFETCH=True),
-    dict(BM=128, BN=128, BK=64, WM=64, WN=64, STAGES=3, PREFETCH=True),  # 2 blocks/SM
-]
-# k06_wgmma (Hopper): BM = 64 per warpgroup, BN = the N of each wgmma, BK = 64
-WGMMA_CONFIGS = [
-    dict(BM=128, BN=128, STAGES=4),
-    dict(BM=128, BN=128, STAGES=3),      # 96 KiB: 2 blocks per SM
-    dict(BM=256, BN=128, STAGES=4),      # 4 warpgroups
-    dict(BM=128, BN=256, STAGES=3),
-    dict(BM=64, BN=128, STAGES=4),       # 1 warpgroup, 2 blocks per SM
+    ("k06db", dict(BK=32)),                          # two stages, 16-deep slices in pairs
+    ("k06ms", dict(BK=32)),
+    ("k06ms", dict(STAGES=3)),
+    ("k06ms", dict(BN=128, BK=32)),                  # 4 warps, 2 blocks/SM
+    ("k06", dict(BK=32)),
+    ("k06", dict(STAGES=3)),
+    ("k06", dict(BM=256, BN=128)),                   # tall block tile
+    ("k06", dict(BM=256, BN=128, STAGES=3)),
+    ("k06", dict(BN=128, STAGES=3)),                 # 2 blocks/SM
+    ("k06w", dict(BM=128, BN=128, STAGES=4)),
+    ("k06w", dict(BM=128, BN=128, STAGES=3)),        # 96 KiB: 2 blocks per SM
+    ("k06w", dict(BM=256, BN=128, STAGES=4)),        # 4 warpgroups
+    ("k06w", dict(BM=128, BN=256, STAGES=3)),
+    ("k06w", dict(BM=64, BN=128, STAGES=4)),         # 1 warpgroup, 2 blocks per SM
 ]
 
 
@@ -76,33 +79,36 @@ def dt(d):
     return str(d).replace("torch.", "")
 
 
-def name_of(kind, c):
+def full_config(kind, cfg):
+    """The whole configuration: k05's dict, or the lesson-06 kernel's config object."""
+    if kind == "k05":
+        return dict(k05.GPU_CONFIG, **cfg)
+    return LESSON6[kind].GPU_CONFIG.replace(**cfg)
+
+
+def name_of(kind, cfg):
+    c = full_config(kind, cfg)
     if kind == "k06w":
-        return f"k06w {c['BM']}x{c['BN']}x64/s{c['STAGES']}"
-    s = f"{kind} {c['BM']}x{c['BN']}x{c['BK']}/{c['WM']}x{c['WN']}"
-    s += f"/s{c['STAGES']}" if "STAGES" in c else ""
-    s += f"/g{c['GROUP_M']}" if "GROUP_M" in c else ""
-    s += f"/r{c['MAXREG']}" if c.get("MAXREG") else ""
-    return s + ("/pf" if c.get("PREFETCH") else "")
+        return f"k06w {c.BM}x{c.BN}x64/s{c.STAGES}"
+    if kind == "k05":
+        return f"k05 {c['BM']}x{c['BN']}x{c['BK']}/{c['WM']}x{c['WN']}"
+    return f"{kind} {c.BM}x{c.BN}x{c.BK}/{c.WM}x{c.WN}/s{c.STAGES}/g{c.GROUP_M}"
 
 
 def runner(kind, cfg):
     if kind == "k05":
         return lambda a, b, out: k05.wmma(a, b, out, config=cfg)
-    if kind == "k06w":
-        return lambda a, b, out: k06w.run(a, b, None, out, config=cfg)
-    return lambda a, b, out: k06.run(a, b, None, out, config=cfg)
+    module = LESSON6[kind]
+    return lambda a, b, out: module.run(a, b, None, out, config=cfg)
 
 
 def kernel_of(kind, cfg, dtype):
-    """The very kernel object the runner launches (make_kernel is cached on its exact
-    keyword arguments: another spelling builds another, never-launched object)."""
+    """The very kernel object the runner launches (make_kernel is cached on its
+    arguments: another spelling builds another, never-launched object)."""
     bf16 = dtype == torch.bfloat16
     if kind == "k05":
         return k05.make_kernel(**dict(k05._config(), **cfg), bf16=bf16, b_layout="row")
-    if kind == "k06w":
-        return k06w.kernel_for(cfg, bf16)
-    return k06.kernel_for(cfg, bf16)
+    return LESSON6[kind].kernel_for(cfg, bf16)
 
 
 def resources(kernel, threads, dyn_smem):
@@ -207,24 +213,23 @@ def main():
         f"numba-cuda {numba_cuda}, CUDA {torch.version.cuda}")
 
     # 1. the registered kernels on the shape suite, and the BLAS epilogue
-    for name in ("k05_wmma", "k06_cp_async", "k06_wgmma"):
+    for name in REGISTERED.values():
         t = time.time()
         try:
             log(f"{gl.check(name)}  ({time.time() - t:.0f} s with compilation)")
         except Exception as exc:  # noqa: BLE001 - report and go on
             log(f"{name}: CHECK FAILED: {type(exc).__name__}: {str(exc)[:1500]}")
-    for name in ("k06_cp_async", "k06_wgmma"):
+    for name in list(REGISTERED.values())[1:]:
         try:
             check_gemm(name)
         except Exception as exc:  # noqa: BLE001
             log(f"gl.gemm {name}: FAILED: {type(exc).__name__}: {str(exc)[:800]}")
 
     # 2. every configuration: check, resources, time
-    configs = [("k05", k05.GPU_CONFIG), ("k06", k06.GPU_CONFIG), ("k06w", k06w.GPU_CONFIG)]
+    configs = [(kind, {}) for kind in REGISTERED]        # the registered configurations
     if not args.quick:
         configs += [("k05", c) for c in K05_CONFIGS if c != k05.GPU_CONFIG]
-        configs += [("k06", c) for c in K06_CONFIGS if c != k06.GPU_CONFIG]
-        configs += [("k06w", c) for c in WGMMA_CONFIGS if c != k06w.GPU_CONFIG]
+        configs += [(k, c) for k, c in K06_CONFIGS if full_config(k, c) != full_config(k, {})]
     if args.only:
         configs = [(k, c) for k, c in configs if args.only in name_of(k, c)]
     rows = []
@@ -238,7 +243,7 @@ def main():
             log(f"{name}: FAILED to run: {type(exc).__name__}: {str(exc)[:600]}")
             continue
         kernel = kernel_of(kind, cfg, torch.float16)
-        dyn = getattr(kernel, "smem_bytes", 0) if kind != "k05" else 0
+        dyn = getattr(kernel, "smem_bytes", 0) if kind != "k05" else 0  # dynamic shared
         regs, smem, blocks, occ = resources(kernel, kernel.threads, dyn)
         log(f"{name}: {msg} ({time.time() - t:.0f} s); {regs} registers, {smem} B shared, "
             f"{blocks} block(s)/SM, occupancy {occ:.0f}%")
@@ -248,14 +253,14 @@ def main():
             rows.append((name, "float16", res.M, res.tflops, res.baseline_tflops, res.ratio,
                          regs, smem, blocks))
 
-    # 3. bf16 for the registered k06 config and the best one
+    # 3. bf16 for the registered configs and the best lesson-06 one
     if not args.no_bf16:
         k06_rows = [r for r in rows if r[0].startswith("k06") and r[2] == max(SIZES)]
         best = max(k06_rows, key=lambda r: r[5])[0] if k06_rows else None
+        keep = {best} | {name_of(kind, {}) for kind in REGISTERED}
         for kind, cfg in configs:
             name = name_of(kind, cfg)
-            if name not in (best, name_of("k06", k06.GPU_CONFIG), name_of("k05", k05.GPU_CONFIG),
-                            name_of("k06w", k06w.GPU_CONFIG)):
+            if name not in keep:
                 continue
             run = runner(kind, cfg)
             ok, msg = quick_check(run, name, torch.bfloat16)
@@ -266,11 +271,10 @@ def main():
                 rows.append((name, "bfloat16", res.M, res.tflops, res.baseline_tflops, res.ratio,
                              "", "", ""))
 
-    # 4. SASS of the registered k06 kernel and of the fastest
-    log("k06 registered config SASS: " +
-        sass_mix(kernel_of("k06", k06.GPU_CONFIG, torch.float16)))
-    log("k06_wgmma registered config SASS: " +
-        sass_mix(kernel_of("k06w", k06w.GPU_CONFIG, torch.float16)))
+    # 4. SASS of the registered lesson-06 kernels and of the fastest configuration
+    for kind in LESSON6:
+        log(f"{REGISTERED[kind]} registered config SASS: " +
+            sass_mix(kernel_of(kind, {}, torch.float16)))
     k06_rows = [r for r in rows if r[0].startswith("k06") and r[2] == max(SIZES)]
     if k06_rows:
         best = max(k06_rows, key=lambda r: r[5])[0]

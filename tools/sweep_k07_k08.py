@@ -36,6 +36,7 @@ import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
 from gemm_lessons import harness  # noqa: E402
+from gemm_lessons.common import dtype_name  # noqa: E402
 from gemm_lessons.kernels import k07_triton_swizzle as k07  # noqa: E402
 from gemm_lessons.kernels import k08_triton_autotune as k08  # noqa: E402
 from gemm_lessons.kernels import k08_triton_tma as k08t  # noqa: E402
@@ -48,8 +49,7 @@ def log(msg):
     print(f"[{time.time() - T0:6.1f}s] {msg}", flush=True)
 
 
-def dt(d):
-    return str(d).replace("torch.", "")
+dt = dtype_name
 
 
 def cfg_name(c):

@@ -10,7 +10,7 @@ What it does, in one process:
    semantic: ``pytest tests/test_k09*.py``), and the BLAS promises on the GPU (NaN in C
    with beta = 0, NaN in A and B with alpha = 0, a broadcast batch with B = W.t()), and that
    k09_fused_tma takes its TMA path (not the pointer fallback) for the timed operands;
-2. the headline from the package's benchmark (``k09.bench_epilogue``): bias + gelu, fp16,
+2. the headline from the package's benchmark (``labs.k09.bench_epilogue``): bias + gelu, fp16,
    M=8192, N=16384, K=4096 (an MLP up-projection): k09_fused_epilogue and, on Hopper,
    k09_fused_tma against torch eager (``gelu(addmm(b, x, W))``), ``torch.compile`` of the
    same function, and cuBLAS's ``mm`` alone (the GEMM with no epilogue);
@@ -39,6 +39,7 @@ import triton  # noqa: E402
 
 from gemm_lessons.kernels import k09_fused_epilogue as k09  # noqa: E402
 from gemm_lessons.kernels import k09_fused_tma as tma  # noqa: E402
+from gemm_lessons.labs import k09 as lab  # noqa: E402
 from gemm_lessons.kernels.k09_fused_epilogue import Config  # noqa: E402
 from gemm_lessons.kernels.k09_fused_tma import TmaConfig  # noqa: E402
 
@@ -178,7 +179,7 @@ def main(argv=None):
     if gl.backend() != "cuda":
         raise SystemExit("this sweep times kernels: it needs a GPU")
     log(f"{gl.engine()}; torch {torch.__version__}, triton {triton.__version__}")
-    hopper = tma.runs_here()
+    hopper = gl.runs_here("k09_fused_tma")
     kernels = ["k09_fused_epilogue", "k09_split_k"] + ["k09_fused_tma"] * hopper
     if not hopper:
         log("not Hopper: k09_fused_tma (TMA, sm_90) is neither checked nor timed")
@@ -188,12 +189,12 @@ def main(argv=None):
     CAPTURE["fused_tma_kernel"] = tma.fused_tma_kernel = Capture(tma.fused_tma_kernel)
 
     log("headline: bias + gelu, fp16 (torch.compile compiles first)")
-    res = k09.bench_epilogue(M, N, K, torch.float16, "gelu")
+    res = lab.bench_epilogue(M, N, K, torch.float16, "gelu")
     log("\n" + str(res))
     record("headline fp16", res)
 
     log("split-K, skinny")
-    times = k09.bench_split_k(*SKINNY, splits=(1, "auto") if args.quick else
+    times = lab.bench_split_k(*SKINNY, splits=(1, "auto") if args.quick else
                               (1, "auto", 8, 64))
     base = times["split_k=1"]
     for label, ms in times.items():
@@ -205,7 +206,7 @@ def main(argv=None):
         if hopper:
             for cfg in TMA_CONFIGS:
                 log(f"k09_fused_tma config {cfg}")
-                r = guarded(str(cfg), lambda: k09.bench_epilogue(
+                r = guarded(str(cfg), lambda: lab.bench_epilogue(
                     M, N, K, torch.float16, "gelu", kernels=("k09_fused_tma",),
                     tma_config=cfg, baselines=()))
                 if r and r.ms:
@@ -217,27 +218,27 @@ def main(argv=None):
             for bias, act in ((False, None), (True, None)):
                 what = " + ".join(["bias"] * bias + ["gelu"] * bool(act)) or "nothing"
                 log(f"epilogue cost: {what}")
-                r = guarded(what, lambda: k09.bench_epilogue(
+                r = guarded(what, lambda: lab.bench_epilogue(
                     M, N, K, torch.float16, act, bias=bias, kernels=("k09_fused_tma",),
                     baselines=("torch eager", "cuBLAS mm alone")))
                 if r:
                     record(f"epilogue: {what}", r)
         log("B = W.t() (nn.Linear's layout)")
-        r = guarded("W.t()", lambda: k09.bench_epilogue(M, N, K, torch.float16, "gelu",
+        r = guarded("W.t()", lambda: lab.bench_epilogue(M, N, K, torch.float16, "gelu",
                                                          b_layout="transposed",
                                                          baselines=("torch eager",
                                                                     "torch.compile")))
         if r:
             record("B = W.t() fp16", r)
         log("bf16")
-        r = guarded("bf16", lambda: k09.bench_epilogue(M, N, K, torch.bfloat16, "gelu",
+        r = guarded("bf16", lambda: lab.bench_epilogue(M, N, K, torch.bfloat16, "gelu",
                                                         baselines=("torch eager",)))
         if r:
             record("headline bf16", r)
     if args.more:
         for cfg in CONFIGS:
             log(f"k09_fused_epilogue config {cfg}")
-            r = guarded(str(cfg), lambda: k09.bench_epilogue(
+            r = guarded(str(cfg), lambda: lab.bench_epilogue(
                 M, N, K, torch.float16, "gelu", config=cfg, kernels=("k09_fused_epilogue",),
                 baselines=()))
             if r:
@@ -247,7 +248,7 @@ def main(argv=None):
                      "torch.compile": res.ms["torch.compile"] / ms}, kernel_info())
         for cfg in SPLIT_CONFIGS:
             log(f"split-K config {cfg}")
-            t = guarded(str(cfg), lambda: k09.bench_split_k(*SKINNY, splits=(1, "auto"),
+            t = guarded(str(cfg), lambda: lab.bench_split_k(*SKINNY, splits=(1, "auto"),
                                                             config=cfg))
             if t:
                 for label, ms in t.items():

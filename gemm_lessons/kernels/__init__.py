@@ -11,6 +11,8 @@ from typing import Callable, Optional
 
 import torch
 
+from ..common import dtype_name
+
 
 @dataclass(frozen=True)
 class Kernel:
@@ -27,6 +29,19 @@ class Kernel:
 
     ``ptx(cc)`` returns ``(python_function, signature)`` for ``numba.cuda.compile_ptx``:
     the configuration a GPU would run (numba kernels only).
+
+    ``configs``: for a kernel whose launcher picks its configuration by engine, the
+    configuration each engine runs: ``{"gpu": ..., "simulator": ...}``, the very objects the
+    launcher uses (a dict of parameters, a dataclass, a namedtuple or a ``triton.Config``;
+    for "gpu" also a list of them, or a dict from torch dtype to one, where the GPU picks
+    among several). The simulator must run the loop the GPU runs, with smaller sizes only:
+    ``tests/test_sim_path.py`` checks that both sides have the same parameter names, that
+    every parameter that is not an integer (a flag, a layout name, None) is equal on both
+    sides, and that integers (tile sizes, warps, stages) are positive. A parameter that
+    switches structure must therefore not be an integer: make it a bool or a name, or
+    better, make each structure its own kernel. ``None`` (the default): the kernel runs one
+    configuration everywhere; a kernel module that defines ``GPU_CONFIG``-like names must
+    declare them here.
     """
     name: str
     lesson: int
@@ -41,6 +56,8 @@ class Kernel:
     ptx: Optional[Callable] = None
     source: object = None               # what gl.show_source prints (default: launch)
     in_ladder: bool = True
+    configs: Optional[dict] = None      # {"gpu": ..., "simulator": ...}: see above
+    step: int = 0                       # its place among the lesson's kernels (a climb's order)
 
     def runs_on(self, cc) -> bool:
         """Whether a GPU of compute capability ``cc`` has every instruction the kernel uses."""
@@ -49,7 +66,7 @@ class Kernel:
 
     @property
     def dtype_names(self):
-        return tuple(str(d).replace("torch.", "") for d in self.dtypes)
+        return tuple(dtype_name(d) for d in self.dtypes)
 
     def __repr__(self):
         cc = ".".join(map(str, self.min_cc))

@@ -16,6 +16,7 @@ index through their strides, so transposed and sliced operands need no copy.
 from numba import cuda, float32
 
 from .. import engines as backend
+from ..common import cdiv
 from . import FP32, Kernel
 
 BLOCK = (32, 8)  # 32 threads along threadIdx.x (one warp), 8 along threadIdx.y
@@ -45,14 +46,11 @@ def coalesced_kernel(A, B, C):
         C[row, col] = acc
 
 
-def _cdiv(a, b):
-    return (a + b - 1) // b
-
 
 def naive(a, b, c):
     """C = A @ B, one thread per element, threads mapped down columns (uncoalesced)."""
     M, N = c.shape
-    grid = (_cdiv(M, BLOCK[0]), _cdiv(N, BLOCK[1]))
+    grid = (cdiv(M, BLOCK[0]), cdiv(N, BLOCK[1]))
     A, B, C = backend.as_numba(a), backend.as_numba(b), backend.as_numba(c)
     naive_kernel[grid, BLOCK, backend.numba_stream()](A, B, C)
 
@@ -60,7 +58,7 @@ def naive(a, b, c):
 def coalesced(a, b, c):
     """C = A @ B, one thread per element, threads mapped along rows (coalesced)."""
     M, N = c.shape
-    grid = (_cdiv(N, BLOCK[0]), _cdiv(M, BLOCK[1]))
+    grid = (cdiv(N, BLOCK[0]), cdiv(M, BLOCK[1]))
     A, B, C = backend.as_numba(a), backend.as_numba(b), backend.as_numba(c)
     coalesced_kernel[grid, BLOCK, backend.numba_stream()](A, B, C)
 

@@ -24,6 +24,7 @@ from functools import lru_cache
 from numba import cuda, float32
 
 from .. import engines
+from ..common import cdiv
 from ..ptx_simt import launch_bounds
 from . import FP32, Kernel
 
@@ -71,9 +72,6 @@ def make_kernel(TILE=32):
     return smem_tiling
 
 
-def _cdiv(a, b):
-    return (a + b - 1) // b
-
 
 def smem_tiling(a, b, c, TILE=None):
     """C = A @ B with TILE x TILE shared-memory tiles (default: :func:`config`).
@@ -82,7 +80,7 @@ def smem_tiling(a, b, c, TILE=None):
     M, N = c.shape
     kernel = make_kernel(TILE)
     A, B, C = engines.as_numba(a), engines.as_numba(b), engines.as_numba(c)
-    kernel[(_cdiv(N, TILE), _cdiv(M, TILE)), (TILE, TILE), engines.numba_stream()](A, B, C)
+    kernel[(cdiv(N, TILE), cdiv(M, TILE)), (TILE, TILE), engines.numba_stream()](A, B, C)
 
 
 _SIG = "void(float32[:, ::1], float32[:, ::1], float32[:, ::1])"
@@ -91,6 +89,7 @@ KERNELS = [
     Kernel("k02_smem_tiling", 2, "numba", FP32,
            "TILE x TILE tiles of A and B staged in shared memory; one element of C per thread",
            launch=smem_tiling, source=make_kernel,
+           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG},
            ptx=lambda cc: (make_kernel(**GPU_CONFIG).py_func, _SIG,
                            {"launch_bounds": (GPU_CONFIG["TILE"] ** 2, 1)})),
 ]

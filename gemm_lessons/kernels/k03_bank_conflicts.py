@@ -28,6 +28,7 @@ from functools import lru_cache
 from numba import cuda, float32
 
 from .. import engines
+from ..common import cdiv
 from ..ptx_simt import launch_bounds
 from . import FP32, Kernel
 
@@ -88,16 +89,13 @@ def make_kernel(BN=32, PAD=0):
     return column_walk
 
 
-def _cdiv(a, b):
-    return (a + b - 1) // b
-
 
 def _launch(a, b, c, PAD, BN=None):
     BN = BN or config()["BN"]
     M, N = c.shape
     kernel = make_kernel(BN, PAD)
     A, B, C = engines.as_numba(a), engines.as_numba(b), engines.as_numba(c)
-    kernel[(_cdiv(N, BN), _cdiv(M, BM)), (BM, BN), engines.numba_stream()](A, B, C)
+    kernel[(cdiv(N, BN), cdiv(M, BM)), (BM, BN), engines.numba_stream()](A, B, C)
 
 
 def bank_conflicts(a, b, c, BN=None):
@@ -123,9 +121,11 @@ KERNELS = [
     Kernel("k03_bank_conflicts", 3, "numba", FP32,
            "lanes walk down a column of a 32 x 32 shared tile: 32-way bank conflicts",
            launch=bank_conflicts, source=make_kernel,
+           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG},
            ptx=lambda cc: _ptx(0)),
     Kernel("k03_padded", 3, "numba", FP32,
            "the same column walk, tile rows padded to 33 words: 1-way (conflict-free)",
            launch=padded, source=make_kernel,
+           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG},
            ptx=lambda cc: _ptx(1)),
 ]

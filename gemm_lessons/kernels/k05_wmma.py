@@ -13,34 +13,52 @@ warp tile             WM x WN of C                    one warp: FM x FN fragment
 fragment              16 x 16 (x 16 deep)             one ``wmma_mma`` of the warp
 ====================  ==============================  ==================================
 
+Each step of K: (1) copy the A and B tiles into shared memory in 16-byte chunks (8 halves
+per copy instruction, one ``cp.async`` each: global to shared with no register in between),
+(2) wait for the copies and for every thread (``cp_async_wait_group(0)``, ``syncthreads``),
+(3) the tensor-core math, (4) ``syncthreads`` before the next copies overwrite the tiles.
+Nothing overlaps: while the tiles travel the tensor cores idle. Lesson 06 keeps several
+tiles in flight instead.
+
 Shared-memory layout matched to the fragments: ``sA`` holds the A tile row-major
 (BM x BK) and is read with ``wmma_load_a(..., "row")``, ``sB`` holds B row-major (BK x BN)
-and is read with ``wmma_load_b(..., "row")``; the layout named in the load must be the
-one the data has, and ``wmma_mma`` must be told the same layouts. Each row is padded by 8
-elements (16 bytes) so that the 8 rows one ``ldmatrix`` phase reads fall in different
-banks (row stride 80 bytes for BK = 32: banks 0, 20, 8, 28, ... never twice).
+and is read with ``wmma_load_b(..., "row")``; the layout named in the load must be the one
+the data has, and ``wmma_mma`` must be told the same layouts. Each row is padded by 8
+elements (16 bytes): the row stride stays a multiple of 16 bytes (every chunk aligned) and
+the 8 rows one ``ldmatrix`` phase reads fall in different banks (stride 80 bytes for
+BK = 32: banks 0, 20, 8, 28, ... never twice).
 
-Inputs: fp16 (``float16``) or bf16 (raw ``int16`` bits, see ``engines.as_numba``), any
-shape, any strides: the loads into shared memory are element-wise with masks (zeros outside
-A and B), the stores to C are masked, so no padding or copy is needed. Output in the input
-dtype, rounded from the fp32 accumulator. The accumulator leaves the tensor core through
-shared memory (``wmma_store_d``), because which lane holds which element of a fragment is
-not specified.
+Shapes and strides: a chunk is 8 consecutive elements of a row, so a row must start
+16-byte aligned. The launcher passes an operand as it is when it is row-major with a row
+stride that is a multiple of 8 elements and an aligned start, and otherwise (transposed,
+sliced, a width that is not a multiple of 8) copies it into a zero-padded aligned buffer.
+In the kernel a chunk is then either wholly inside the operand or wholly outside it: one
+test per chunk, and a chunk outside is written as zeros by the copy itself (its source
+size is 0 bytes). Stores to C are masked element by element. Output in the input dtype,
+rounded from the fp32 accumulator, which leaves the tensor core through shared memory
+(``wmma_store_d``): which lane holds which element of a fragment is not specified.
+
+Inputs: fp16 (``float16``) or bf16 (raw ``int16`` bits, see ``engines.as_numba``).
+Needs compute capability 8.0 (cp.async; bf16 tensor cores).
 """
 from functools import lru_cache
 
+import torch
 from numba import cuda, float32, int16
 from numba.types import float16
 
 from .. import engines
 from .. import ptx
-from ..ptx import (FRAG_AB, FRAG_C, SMEM_ALIGN, wmma_load_a, wmma_load_b, wmma_mma,
-                   wmma_store_d)
+from ..common import cdiv
+from ..ptx import (FRAG_AB, FRAG_C, SMEM_ALIGN, cp_async16_zfill, cp_async_commit_group,
+                   cp_async_wait_group, wmma_load_a, wmma_load_b, wmma_mma, wmma_store_d)
+from ..ptx_simt import launch_bounds
 from . import FP16_BF16, Kernel
 
 PAD = 8                      # elements of padding per shared row (16 bytes)
 GPU_CONFIG = dict(BM=128, BN=128, BK=32, WM=64, WN=32)   # 8 warps, 4 x 2 fragments each
 SIM_CONFIG = dict(BM=32, BN=32, BK=16, WM=16, WN=16)     # 4 warps, 1 fragment each
+MIN_BLOCKS = 2               # blocks per SM the registers must allow (one waits, one computes)
 
 
 @lru_cache(maxsize=None)
@@ -57,10 +75,11 @@ def make_kernel(BM=128, BN=128, BK=32, WM=64, WN=32, bf16=False, b_layout="row")
     NT = 32 * NWARPS                                 # threads per block
     FM, FN = WM // 16, WN // 16                      # fragments per warp, down and across
     LDA, LDB = BK + PAD, BN + PAD                    # padded row strides of sA, sB
+    CA, CB = BK // 8, BN // 8                        # 16-byte chunks per row of sA, sB
     assert BM % WM == 0 and BN % WN == 0 and WM % 16 == 0 and WN % 16 == 0 and BK % 16 == 0
 
-    @cuda.jit
-    def wmma_gemm(A, B, C):
+    @cuda.jit(**launch_bounds(NT, MIN_BLOCKS))       # 2 blocks of 256 threads: <= 128 registers
+    def wmma_gemm(A, B, C, K):
         # -- shared tiles, laid out as the fragments are loaded: row-major, padded
         sA = cuda.shared.array((BM, LDA), dt, alignment=SMEM_ALIGN)        # (BM, BK)
         sB = cuda.shared.array((BK, LDB), dt, alignment=SMEM_ALIGN)        # (BK, BN)
@@ -70,8 +89,8 @@ def make_kernel(BM=128, BN=128, BK=32, WM=64, WN=32, bf16=False, b_layout="row")
         rB = cuda.local.array((FN, FRAG_AB), dt)
         acc = cuda.local.array((FM, FN, FRAG_C), float32)
 
-        M, K = A.shape
-        N = B.shape[1]
+        M, N = C.shape
+        KA, NB = A.shape[1], B.shape[1]              # widths, multiples of 8 (zero-padded)
         tid = cuda.threadIdx.x
         warp, lane = tid // 32, tid % 32
         wm, wn = warp // WARPS_N, warp % WARPS_N     # this warp's tile in the block tile
@@ -82,20 +101,20 @@ def make_kernel(BM=128, BN=128, BK=32, WM=64, WN=32, bf16=False, b_layout="row")
                     acc[i, j, r] = 0.0
 
         for k0 in range(0, K, BK):
-            # -- global -> shared, element by element, zeros outside A and B
-            for e in range(tid, BM * BK, NT):
-                r, c = e // BK, e % BK
-                if bm + r < M and k0 + c < K:
-                    sA[r, c] = A[bm + r, k0 + c]
-                else:
-                    sA[r, c] = 0
-            for e in range(tid, BK * BN, NT):
-                r, c = e // BN, e % BN
-                if k0 + r < K and bn + c < N:
-                    sB[r, c] = B[k0 + r, bn + c]
-                else:
-                    sB[r, c] = 0
-            cuda.syncthreads()
+            # -- global -> shared in 16-byte chunks; a chunk outside A or B lands as zeros
+            for e in range(tid, BM * CA, NT):
+                r, c = e // CA, e % CA * 8
+                ok = bm + r < M and k0 + c < KA
+                cp_async16_zfill(sA, (r, c), A, (bm + r if ok else 0, k0 + c if ok else 0),
+                                 16 if ok else 0)
+            for e in range(tid, BK * CB, NT):
+                r, c = e // CB, e % CB * 8
+                ok = k0 + r < K and bn + c < NB
+                cp_async16_zfill(sB, (r, c), B, (k0 + r if ok else 0, bn + c if ok else 0),
+                                 16 if ok else 0)
+            cp_async_commit_group()
+            cp_async_wait_group(0)                   # this thread's copies have landed
+            cuda.syncthreads()                       # ... and every other thread's
             # -- the warp tile: FM x FN fragments of C, 16 deep at a time
             for kk in range(0, BK, 16):
                 for i in range(FM):
@@ -105,7 +124,7 @@ def make_kernel(BM=128, BN=128, BK=32, WM=64, WN=32, bf16=False, b_layout="row")
                 for i in range(FM):
                     for j in range(FN):
                         wmma_mma(acc[i, j], rA[i], rB[j], "row", b_layout)
-            cuda.syncthreads()
+            cuda.syncthreads()                       # all reads done before the next copy
 
         # -- epilogue: each fragment through this warp's 16x16 scratch tile, masked stores
         for i in range(FM):
@@ -129,37 +148,51 @@ def _config():
 
 
 def _check_bf16(dtype):
-    import torch
     eng = engines.engine()
     if dtype == torch.bfloat16 and eng.kind == "cuda" and eng.capability < (8, 0):
         raise ValueError(f"bf16 tensor cores need compute capability 8.0; {eng.device_name} "
                          "has " + ".".join(map(str, eng.capability)) + ": use float16")
 
 
+def aligned_rows(t):
+    """``t`` itself when each row starts 16-byte aligned and holds a multiple of 8
+    elements (unit column stride, row stride a multiple of 8), else a copy whose width is
+    rounded up to a multiple of 8 with zeros: what a 16-byte chunk copy needs."""
+    R, W = t.shape
+    if t.stride(1) == 1 and W % 8 == 0 and t.data_ptr() % 16 == 0 and \
+            (R == 1 or t.stride(0) % 8 == 0):
+        return t
+    out = torch.zeros(R, cdiv(W, 8) * 8, dtype=t.dtype, device=t.device)
+    out[:, :W] = t
+    return out
+
+
 def wmma(a, b, c, config=None, b_layout="row"):
     """C = A @ B on tensor cores (WMMA m16n16k16, fp32 accumulation), fp16 or bf16.
 
-    Any shape and strides: the kernel masks its loads (zeros outside A and B) and its stores.
-    ``config`` overrides the tile configuration (BM, BN, BK, WM, WN).
-    """
-    import torch
+    Any shape and strides: operands whose rows are not 16-byte chunks are copied into
+    zero-padded aligned buffers (:func:`aligned_rows`); the kernel zero-fills chunks outside
+    A and B and masks its stores. ``config`` overrides the tile configuration."""
     _check_bf16(a.dtype)
     cfg = dict(_config(), **(config or {}))
     kernel = make_kernel(**cfg, bf16=a.dtype == torch.bfloat16, b_layout=b_layout)
     M, N = c.shape
-    grid = ((N + cfg["BN"] - 1) // cfg["BN"], (M + cfg["BM"] - 1) // cfg["BM"])
-    A, B, C = engines.as_numba(a), engines.as_numba(b), engines.as_numba(c)
-    kernel[grid, kernel.threads, engines.numba_stream()](A, B, C)
+    K = a.shape[1]
+    grid = (cdiv(N, cfg["BN"]), cdiv(M, cfg["BM"]))
+    A, B = engines.as_numba(aligned_rows(a)), engines.as_numba(aligned_rows(b))
+    kernel[grid, kernel.threads, engines.numba_stream()](A, B, engines.as_numba(c), K)
 
 
 def _ptx(cc, bf16=False):
     dt = "int16" if bf16 else "float16"
+    threads = 32 * (GPU_CONFIG["BM"] // GPU_CONFIG["WM"]) * (GPU_CONFIG["BN"] // GPU_CONFIG["WN"])
     return (make_kernel(**GPU_CONFIG, bf16=bf16).py_func,
-            f"void({dt}[:, :], {dt}[:, :], {dt}[:, ::1])")
+            f"void({dt}[:, :], {dt}[:, :], {dt}[:, ::1], int64)",
+            {"launch_bounds": (threads, MIN_BLOCKS)})
 
 
 KERNELS = [
     Kernel("k05_wmma", 5, "numba", FP16_BF16,
-           "tensor cores via WMMA 16x16x16: block, warp and fragment tiles, padded shared",
-           launch=wmma, min_cc=(7, 0), ptx=_ptx, source=make_kernel),
+           "tensor cores via WMMA 16x16x16: 16-byte copies into padded shared tiles",
+           launch=wmma, min_cc=(8, 0), ptx=_ptx, source=make_kernel),
 ]

@@ -1,9 +1,9 @@
 """Lesson 06, last step: Hopper's ``wgmma``, fed by the same cp.async pipeline.
 
-``k06_cp_async`` keeps the tensor cores of an H100/H200 about half busy: every 16-deep
-k-slice each warp copies its fragments from shared memory to registers (``ldmatrix``)
-before its ``mma.sync``, and those copies, their registers and the warp-wide instructions
-are what the rest of the time goes to. Compute capability 9.0 adds ``wgmma.mma_async``
+``k06_cp_async`` feeds the tensor cores through registers: every 16-deep k-slice each
+warp copies its fragments from shared memory to registers (``ldmatrix``) before its
+``mma.sync``, and those copies, their registers and the warp-wide instructions take issue
+slots and registers that the math could use. Compute capability 9.0 adds ``wgmma.mma_async``
 (:mod:`gemm_lessons.ptx_hopper`): a *warpgroup* (128 threads) multiplies a 64 x N x 16 tile
 with both operands read by the tensor cores **directly from shared memory**, asynchronously.
 No fragments, no ``ldmatrix``; the threads only issue copies and instructions.
@@ -26,40 +26,69 @@ C, ``alpha == 0`` never reads A or B. Every shape: copies zero-filled past M, N 
 the ragged start of K (tile 0 starts at k = -(k_tiles * 64 - K)); the launcher pads rows
 that are not 16-byte aligned, as for ``k06_cp_async``.
 """
+from dataclasses import dataclass, replace
 from functools import lru_cache
 
-import numpy as np
 import torch
-from numba import cuda, float32, int16, int32
+from numba import cuda, float32, int16
 from numba.types import float16
 
 from .. import engines
 from .. import ptx
 from ..ptx import cp_async16_zfill, cp_async_commit_group, cp_async_wait_group
-from ..ptx_hopper import (SMEM_ALIGN, fence_proxy_async, swizzle128, wgmma_commit_group,
-                          wgmma_fence, wgmma_mma, wgmma_store_d, wgmma_wait_group)
+from ..ptx_hopper import (SWIZZLE_SMEM_ALIGN, fence_proxy_async, swizzle128,
+                          wgmma_commit_group, wgmma_fence, wgmma_mma, wgmma_store_d,
+                          wgmma_wait_group)
 from . import FP16_BF16, Kernel
-from .k06_cp_async import (GROUP_M, _allow_smem, _check_bf16, _rows16, grouped_block,
-                           ptx_hook)
+from .tc_common import engine_config, grouped_block, launch, ptx_hook
 
 BK = 64              # one 128-byte swizzle row of fp16: the k-depth of a tile
-GPU_CONFIG = dict(BM=128, BN=256, STAGES=4)
-SIM_CONFIG = dict(BM=64, BN=64, STAGES=3)
 
+
+@dataclass(frozen=True)
+class WgmmaConfig:
+    """Tiles of the wgmma kernel: BM = 64 x (warpgroups), BN = the N of each wgmma (64, 128
+    or 256; 192 needs BM = 192: each thread's B chunks lie a multiple of 8 rows apart),
+    STAGES >= 3 shared buffers (STAGES - 2 tiles in flight while one is multiplied and the
+    one before it may still be); GROUP_M block rows walk across N together. The
+    accumulators take BN / 2 registers per thread: BM = 256 with BN = 256 does not fit."""
+    BM: int = 128
+    BN: int = 256
+    STAGES: int = 4
+    GROUP_M: int = 8
+
+    def __post_init__(self):
+        BM, BN = self.BM, self.BN
+        b_rows = 2 * BM // (BN // 8) if BN >= 8 else 0
+        rules = [(BM >= 64 and BM % 64 == 0, "BM a multiple of 64 (one warpgroup per 64 rows)"),
+                 (BN in (64, 128, 192, 256), "BN 64, 128, 192 or 256 (a wgmma's N)"),
+                 (self.STAGES >= 3, "STAGES >= 3 (a tile in flight, one multiplied, one "
+                                    "perhaps still read)"),
+                 (self.GROUP_M >= 1, "GROUP_M >= 1"),
+                 (BN in (64, 128, 192, 256) and b_rows % 8 == 0 and
+                  (BK * BN // 8) % (2 * BM) == 0,
+                  f"each thread's B chunks a multiple of 8 rows apart with {2 * BM} threads "
+                  "(one swizzle for all of them)")]
+        for ok, rule in rules:
+            if not ok:
+                raise ValueError(f"{self}: the tiles need {rule}")
+
+    def replace(self, **changes):
+        """This configuration with some fields changed (checked again)."""
+        return replace(self, **changes)
+
+
+GPU_CONFIG = WgmmaConfig(BM=128, BN=256, STAGES=4)
+SIM_CONFIG = WgmmaConfig(BM=64, BN=64, STAGES=4)      # the same loop, one warpgroup
 
 
 @lru_cache(maxsize=None)
-def make_kernel(BM=128, BN=256, STAGES=4, bf16=False, GROUP_M=GROUP_M):
-    """The wgmma kernel for one configuration: BM = 64 x (warpgroups), BN = the N of each
-    wgmma (64, 128 or 256; 192 needs BM = 192: each thread's B chunks lie a multiple of 8
-    rows apart), STAGES >= 3 shared buffers (STAGES - 2 tiles in flight while one is
-    multiplied and the one before it may still be). The accumulators take BN / 2 registers
-    per thread: BM = 256 with BN = 256 does not fit."""
+def make_kernel(cfg, bf16=False):
+    """The wgmma kernel for one :class:`WgmmaConfig` (fp16, or bf16 with ``bf16=True``)."""
+    BM, BN, STAGES, GROUP_M = cfg.BM, cfg.BN, cfg.STAGES, cfg.GROUP_M
     dt = int16 if bf16 else float16
     to_f32 = ptx.bf16_to_f32 if bf16 else ptx.f16_to_f32
     to_out = ptx.f32_to_bf16 if bf16 else ptx.f32_to_f16
-    if BM % 64 or BN % 64 or not 64 <= BN <= 256 or STAGES < 3:
-        raise ValueError("BM a multiple of 64, BN 64..256 in steps of 64, STAGES >= 3")
     NT = 2 * BM                                     # 128 threads per 64 rows
     NACC = BN // 2                                  # accumulators per thread
     A_STAGE, B_STAGE = BM * BK, BK * BN             # elements per stage
@@ -73,9 +102,6 @@ def make_kernel(BM=128, BN=256, STAGES=4, bf16=False, GROUP_M=GROUP_M):
     LDC = BN + 4                                    # epilogue scratch row (floats)
     OUT_ITERS = BM * BN // NT                       # output elements per thread
     SMEM_BYTES = max(STAGES * STAGE * 2, BM * LDC * 4)
-    if B_ROWS % 8 or B_ITERS * NT != BK * B_CPR:
-        raise ValueError(f"BN={BN} with {NT} threads: each thread's B chunks must lie a "
-                         "multiple of 8 rows apart (one swizzle for all of them)")
 
     @cuda.jit(device=True, inline="always")
     def issue(A, B, smem, t, shift, k_tiles, a_dst, a_src, a_rows, a_k, b_dst, b_src,
@@ -100,8 +126,8 @@ def make_kernel(BM=128, BN=256, STAGES=4, bf16=False, GROUP_M=GROUP_M):
     def wgmma_gemm(A, B, C, Out, M, N, K, lda, ldb, alpha, beta):
         # A: (M, K), B: (K, N) as flat arrays with row strides lda, ldb (16-byte rows);
         # C: read when beta != 0; Out: (M, N); alpha, beta: float32
-        smem = cuda.shared.array(0, dt, alignment=SMEM_ALIGN)   # STAGES x (A, B) tiles
-        sC = cuda.shared.array(0, float32, alignment=SMEM_ALIGN)  # epilogue (same memory)
+        smem = cuda.shared.array(0, dt, alignment=SWIZZLE_SMEM_ALIGN)  # STAGES x (A, B)
+        sC = cuda.shared.array(0, float32, alignment=SWIZZLE_SMEM_ALIGN)  # epilogue
         acc = cuda.local.array(NACC, float32)
         tid = cuda.threadIdx.x
         wg = tid // 128                               # this thread's warpgroup
@@ -162,19 +188,15 @@ def make_kernel(BM=128, BN=256, STAGES=4, bf16=False, GROUP_M=GROUP_M):
 
     wgmma_gemm.threads = NT
     wgmma_gemm.smem_bytes = SMEM_BYTES
-    wgmma_gemm.config = dict(BM=BM, BN=BN, BK=BK, STAGES=STAGES, GROUP_M=GROUP_M)
+    wgmma_gemm.config = cfg
     return wgmma_gemm
 
 
 # ------------------------------------------------------------------------------ launchers
-def _config():
-    return GPU_CONFIG if engines.on_gpu() else SIM_CONFIG
-
-
 def kernel_for(config=None, bf16=False):
-    """The kernel object ``run`` launches for ``config`` (overrides of this engine's
+    """The kernel object :func:`run` launches for ``config`` (overrides of this engine's
     configuration)."""
-    return make_kernel(**dict(_config(), **(config or {})), bf16=bf16)
+    return make_kernel(engine_config(GPU_CONFIG, SIM_CONFIG, config), bf16)
 
 
 def _check_device():
@@ -187,20 +209,9 @@ def _check_device():
 def run(a, b, c, out, alpha=1.0, beta=0.0, config=None):
     """``out = alpha * a @ b + beta * c`` with wgmma; ``c`` may be None when ``beta == 0``."""
     _check_device()
-    _check_bf16(a.dtype)
-    cfg = dict(_config(), **(config or {}))
-    kernel = kernel_for(config, a.dtype == torch.bfloat16)
-    M, K = a.shape
-    N = b.shape[1]
-    K = (K + 7) // 8 * 8                 # the kernel's K: a multiple of 8 (zero-padded)
-    A, lda = _rows16(a, M, K)
-    B, ldb = _rows16(b, K, N)
-    Cin = c if (c is not None and beta != 0) else out
-    args = (engines.as_numba(A), engines.as_numba(B), engines.as_numba(Cin),
-            engines.as_numba(out), M, N, K, lda, ldb, np.float32(alpha), np.float32(beta))
-    grid = ((M + cfg["BM"] - 1) // cfg["BM"]) * ((N + cfg["BN"] - 1) // cfg["BN"])
-    _allow_smem(kernel, args, kernel.smem_bytes)
-    kernel[grid, kernel.threads, engines.numba_stream(), kernel.smem_bytes](*args)
+    cfg = engine_config(GPU_CONFIG, SIM_CONFIG, config)
+    kernel = make_kernel(cfg, a.dtype == torch.bfloat16)
+    launch(kernel, a, b, c, out, alpha, beta, cfg.BM, cfg.BN)
 
 
 def wgmma(a, b, c):
@@ -209,17 +220,14 @@ def wgmma(a, b, c):
     run(a, b, None, c)
 
 
-def wgmma_gemm(a3, b3, c3, out, alpha, beta, bias, activation):
+def blas_gemm(a3, b3, c3, out, alpha, beta, bias, activation):
     """gl.gemm hook: ``out = alpha * a @ b + beta * c`` (3-D views with one batch)."""
     run(a3[0], b3[0], None if c3 is None else c3[0], out[0], alpha, beta)
-
-
-_ptx = ptx_hook(make_kernel, GPU_CONFIG)
 
 
 KERNELS = [
     Kernel("k06_wgmma", 6, "numba", FP16_BF16,
            "Hopper wgmma: tensor cores read swizzled shared memory filled by cp.async",
-           launch=wgmma, min_cc=(9, 0), cc_below=(10, 0), ptx=_ptx, source=make_kernel,
-           gemm=wgmma_gemm, features=frozenset({"alpha_beta"})),
+           launch=wgmma, min_cc=(9, 0), cc_below=(10, 0), ptx=ptx_hook(make_kernel, GPU_CONFIG),
+           source=make_kernel, gemm=blas_gemm, features=frozenset({"alpha_beta"}), step=4),
 ]

@@ -12,8 +12,8 @@ H200). Row-major order (``GROUP_SIZE_M = 1``) hands consecutive programs the til
 of C: the wave shares one strip of A but needs every strip of B, and B's strips are evicted
 from L2 before the next row comes back to them. Grouped order walks ``GROUP_SIZE_M`` rows of
 tiles column by column, so a wave touches a squarer patch of C: fewer distinct strips of A and
-B, more hits in L2. :func:`grouped_pid` is the mapping; :func:`grouped_order` is its plain
-Python twin (tested to be a bijection, ragged last group included).
+B, more hits in L2. :func:`grouped_pid` is the mapping; ``common.grouped_order`` is its
+plain Python twin (tested to be a bijection, ragged last group included).
 
 Every shape and stride: strides are kernel arguments and pointers advance by them, so
 transposed and sliced operands need no copy; rows of A and columns of B past the edge wrap
@@ -43,6 +43,7 @@ import triton
 import triton.language as tl
 
 from .. import engines
+from ..common import NOMINAL_SMS, cdiv, dtype_name, grouped_order
 from . import Kernel
 
 __all__ = ["matmul_kernel", "grouped_pid", "grouped_order", "program_order", "first_wave",
@@ -63,17 +64,6 @@ def grouped_pid(pid, num_pid_m, num_pid_n, GROUP_SIZE_M: tl.constexpr):
     return pid_m, pid_n
 
 
-def grouped_order(pid, num_pid_m, num_pid_n, group_size_m):
-    """The plain Python twin of :func:`grouped_pid` (same arithmetic, for tests and plots)."""
-    num_pid_in_group = group_size_m * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * group_size_m
-    size_m = min(num_pid_m - first_pid_m, group_size_m)
-    pid_m = first_pid_m + (pid % num_pid_in_group) % size_m
-    pid_n = (pid % num_pid_in_group) // size_m
-    return pid_m, pid_n
-
-
 def program_order(num_pid_m, num_pid_n, group_size_m):
     """A (num_pid_m, num_pid_n) int tensor: the program id that computes each tile of C."""
     order = torch.full((num_pid_m, num_pid_n), -1, dtype=torch.int64)
@@ -82,7 +72,7 @@ def program_order(num_pid_m, num_pid_n, group_size_m):
     return order
 
 
-def first_wave(M, N, BM, BN, group_size_m, programs=132):
+def first_wave(M, N, BM, BN, group_size_m, programs=NOMINAL_SMS):
     """How many distinct row strips of A and column strips of B the first ``programs``
     programs read (one program per multiprocessor: 132 on an H200).
 
@@ -91,20 +81,20 @@ def first_wave(M, N, BM, BN, group_size_m, programs=132):
     ``2 * programs`` tiles, of which only ``a_strips + b_strips`` are different, so at best
     that many come from DRAM and the rest hit in L2.
     """
-    num_pid_m, num_pid_n = triton.cdiv(M, BM), triton.cdiv(N, BN)
+    num_pid_m, num_pid_n = cdiv(M, BM), cdiv(N, BN)
     wave = range(min(programs, num_pid_m * num_pid_n))
     tiles = [grouped_order(p, num_pid_m, num_pid_n, group_size_m) for p in wave]
     return len({m for m, _ in tiles}), len({n for _, n in tiles})
 
 
-def wave_traffic(M, N, BM, BN, group_size_m, programs=132):
+def wave_traffic(M, N, BM, BN, group_size_m, programs=NOMINAL_SMS):
     """The fraction of the first wave's tile loads that must come from DRAM, at best.
 
     Per K step the wave requests ``programs`` A tiles (BM rows each) and as many B tiles
     (BN columns each); the distinct ones are read from DRAM once and every other request
     hits in L2 (if L2 keeps them long enough). Returns distinct / requested, in bytes.
     """
-    num_pid = triton.cdiv(M, BM) * triton.cdiv(N, BN)
+    num_pid = cdiv(M, BM) * cdiv(N, BN)
     a_strips, b_strips = first_wave(M, N, BM, BN, group_size_m, programs)
     return (a_strips * BM + b_strips * BN) / (min(programs, num_pid) * (BM + BN))
 
@@ -209,7 +199,7 @@ def matmul(a, b, c, *, group_size_m=GROUP_SIZE_M, config=None, kernel=None):
     cfg = config or config_for(a.dtype)
     check_offsets(a, b, c)
     a, b, precision = operands(a, b)
-    grid = (triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN),)
+    grid = (cdiv(M, cfg.BM) * cdiv(N, cfg.BN),)
     (kernel or matmul_kernel)[grid](
         a, b, c, M, N, K,
         a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
@@ -230,7 +220,7 @@ def asm_job(dtype=torch.float16, *, config=None, group_size_m=GROUP_SIZE_M, cc=(
     launch on a contiguous ``size``-cubed product would specialise it (for
     :func:`gemm_lessons.triton_asm.compile_kernels`)."""
     cfg = config or GPU_CONFIG[dtype]
-    name = str(dtype).replace("torch.", "")
+    name = dtype_name(dtype)
     args = {"a_ptr": name, "b_ptr": name, "c_ptr": name, "M": size, "N": size, "K": size,
             "stride_am": size, "stride_ak": 1, "stride_bk": size, "stride_bn": 1,
             "stride_cm": size, "stride_cn": 1}
@@ -253,8 +243,10 @@ DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 KERNELS = [
     Kernel("k07_triton_swizzle", 7, "triton", DTYPES,
            "Triton, grouped tile order (GROUP_SIZE_M=8): more L2 hits per wave",
-           launch=matmul, source=matmul_kernel, min_cc=(8, 0)),
+           launch=matmul, source=matmul_kernel, min_cc=(8, 0),
+           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG}),
     Kernel("k07_triton_rowmajor", 7, "triton", DTYPES,
            "Triton, row-major tile order (GROUP_SIZE_M=1): the baseline of lesson 07",
-           launch=rowmajor, source=matmul_kernel, min_cc=(8, 0), in_ladder=False),
+           launch=rowmajor, source=matmul_kernel, min_cc=(8, 0), in_ladder=False,
+           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG}),
 ]

@@ -44,12 +44,13 @@ import torch
 import triton
 
 from .. import engines
+from ..common import cdiv, sm_count
 from . import Kernel
 from .k07_triton_swizzle import DTYPES, matmul_kernel, operands, TileConfig, check_offsets
 
 __all__ = ["CONFIGS", "FP32_CONFIGS", "INTERPRETER_CONFIG", "make_config", "autotune",
-           "matmul_autotuned", "prune", "prune_for_gpu", "programs", "sm_count", "cpu_timer",
-           "smem_bytes", "matmul", "chosen_config", "tile_config", "label", "time_configs"]
+           "matmul_autotuned", "prune", "prune_for_gpu", "programs", "cpu_timer",
+           "smem_bytes", "matmul", "chosen_config", "tile_config", "label"]
 
 
 def make_config(BM, BN, BK, num_warps, num_stages, group_size_m=8):
@@ -92,14 +93,7 @@ def smem_bytes(config, dtype):
 def programs(config, M, N):
     """How many programs (tiles of C) a config launches for an M x N product."""
     kw = config.kwargs
-    return triton.cdiv(M, kw["BLOCK_SIZE_M"]) * triton.cdiv(N, kw["BLOCK_SIZE_N"])
-
-
-def sm_count():
-    """Multiprocessors of this GPU (132 on an H200, and without a GPU)."""
-    if engines.on_gpu():
-        return torch.cuda.get_device_properties(0).multi_processor_count
-    return 132
+    return cdiv(M, kw["BLOCK_SIZE_M"]) * cdiv(N, kw["BLOCK_SIZE_N"])
 
 
 def prune_for_gpu(configs, dtype, M, N, sms=None):
@@ -162,7 +156,7 @@ def matmul(a, b, c, *, kernel=None):
     a, b, precision = operands(a, b)
 
     def grid(meta):   # the grid depends on the config the autotuner picks
-        return (triton.cdiv(M, meta["BLOCK_SIZE_M"]) * triton.cdiv(N, meta["BLOCK_SIZE_N"]),)
+        return (cdiv(M, meta["BLOCK_SIZE_M"]) * cdiv(N, meta["BLOCK_SIZE_N"]),)
 
     kernel[grid](a, b, c, M, N, K,
                  a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
@@ -196,37 +190,9 @@ def label(config):
             f"w{config.num_warps} s{config.num_stages}")
 
 
-def time_configs(sizes=(1024, 4096, 8192), dtype=torch.float16, configs=None):
-    """Every config timed on its own, at each size (M = N = K), against cuBLAS in the same
-    run, each checked first. Returns ``(config label, size, TFLOP/s, cuBLAS TFLOP/s)`` rows;
-    none without a GPU."""
-    from .. import harness
-    from .k07_triton_swizzle import matmul as run_config
-    if not engines.on_gpu():
-        return []
-    configs = (FP32_CONFIGS if dtype == torch.float32 else CONFIGS) if configs is None else configs
-    rows = []
-    for size in sizes:
-        a, b = harness.make_operands(size, size, size, dtype)
-        ref = harness.reference(a, b)
-        out = torch.empty(size, size, dtype=dtype, device=a.device)
-        base = harness.time_cuda(lambda: harness.cublas_matmul(a, b, out))
-        for cfg in configs:
-            def run():
-                run_config(a, b, out, config=tile_config(cfg), group_size_m=cfg.kwargs["GROUP_SIZE_M"])
-            out.fill_(float("nan"))
-            run()
-            if not harness.compare(out, ref, a, b, dtype)[0]:
-                raise harness.CheckError(f"config {label(cfg)} is wrong at {size}")
-            ms = harness.time_cuda(run)
-            rows.append((label(cfg), size, harness.tflops(size, size, size, ms),
-                         harness.tflops(size, size, size, base)))
-        del ref
-    return rows
-
-
 KERNELS = [
     Kernel("k08_triton_autotune", 8, "triton", DTYPES,
            "lesson 07's kernel under @triton.autotune: 9 tile configs (3 for fp32) timed per shape",
-           launch=matmul, source=autotune, min_cc=(8, 0)),
+           launch=matmul, source=autotune, min_cc=(8, 0),
+           configs={"gpu": CONFIGS + FP32_CONFIGS, "simulator": INTERPRETER_CONFIG}),
 ]

@@ -1,8 +1,7 @@
 """Lesson 08, the fast path on Hopper: TMA tensor descriptors and a persistent grid.
 
-Lesson 07's kernel, autotuned in lesson 08, stays a few percent behind cuBLAS at 4096 and
-8192 on an H200. Two Hopper features close most of that gap; this kernel uses both, with
-lesson 07's tile (128 x 256 x 64, 8 warps, 3 stages) and grouped order:
+Lesson 07's kernel, autotuned in lesson 08, leaves two Hopper features unused that remove
+work from every program; this kernel uses both, with lesson 07's tile (128 x 256 x 64, 8 warps, 3 stages) and grouped order:
 
 * **TMA descriptors.** A host-side ``TensorDescriptor`` describes a whole operand (base,
   shape, strides, the block to copy). ``a_desc.load([row, col])`` becomes one bulk copy
@@ -37,19 +36,18 @@ is wrong).
 """
 from __future__ import annotations
 
-from functools import lru_cache
-
 import torch
 import triton
 import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .. import engines
+from ..common import cdiv, dtype_name, sm_count
 from . import FP16_BF16, Kernel
 from .k07_triton_swizzle import TileConfig, grouped_pid, operands
 
 __all__ = ["tma_persistent_kernel", "GPU_CONFIG", "SIM_CONFIG", "SIM_SMS", "GROUP_SIZE_M",
-           "tma_ready", "tma_view", "num_sms", "descriptors", "matmul", "asm_job", "check_anywhere"]
+           "tma_ready", "tma_view", "persistent_programs", "descriptors", "matmul", "asm_job"]
 
 
 @triton.jit
@@ -79,7 +77,7 @@ def tma_persistent_kernel(
         c_desc.store([pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N], acc.to(c_desc.dtype))
 
 
-# H200: lesson 07's tile; 3 stages + the staged C tile = 208 KB (4 stages do not fit)
+# On a GPU: lesson 07's tile; with the staged C tile, 3 stages fit in shared memory, 4 do not
 GPU_CONFIG = TileConfig(128, 256, 64, 8, 3)
 # the interpreter: small tiles, and 3 "multiprocessors" so each program loops over tiles
 SIM_CONFIG = TileConfig(16, 16, 16, 1, 1)
@@ -102,7 +100,7 @@ def tma_view(t, *, copy=True):
         return t
     rows, cols = t.shape
     step = 16 // t.element_size()
-    buf = torch.full((rows, triton.cdiv(cols, step) * step), float("nan"), dtype=t.dtype,
+    buf = torch.full((rows, cdiv(cols, step) * step), float("nan"), dtype=t.dtype,
                      device=t.device)
     view = buf[:, :cols]
     if copy:
@@ -110,17 +108,11 @@ def tma_view(t, *, copy=True):
     return view
 
 
-@lru_cache(maxsize=None)
-def _sms(index):
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def num_sms(device=None):
-    """Programs of the persistent grid: the multiprocessors of this GPU (3 on the interpreter)."""
-    if not engines.on_gpu():
-        return SIM_SMS
-    device = torch.device("cuda") if device is None else torch.device(device)
-    return _sms(device.index if device.index is not None else torch.cuda.current_device())
+def persistent_programs(device=None):
+    """Programs of the persistent grid: one per multiprocessor of this GPU
+    (:func:`~gemm_lessons.common.sm_count`); on the interpreter :data:`SIM_SMS`, so that on
+    small problems each program still loops over several tiles, as on a GPU."""
+    return sm_count(device) if engines.on_gpu() else SIM_SMS
 
 
 def descriptors(a, b, out, config):
@@ -139,12 +131,12 @@ def matmul(a, b, c, *, config=None, sms=None, group_size_m=GROUP_SIZE_M):
     M, K = a.shape
     N = b.shape[1]
     cfg = config or (GPU_CONFIG if engines.on_gpu() else SIM_CONFIG)
-    sms = num_sms(c.device) if sms is None else sms
+    sms = persistent_programs(c.device) if sms is None else sms
     a, b, precision = operands(a, b)          # the interpreter: bf16 widened to fp32
     a, b = tma_view(a), tma_view(b)
     out = tma_view(c, copy=False)
     a_desc, b_desc, c_desc = descriptors(a, b, out, cfg)
-    tiles = triton.cdiv(M, cfg.BM) * triton.cdiv(N, cfg.BN)
+    tiles = cdiv(M, cfg.BM) * cdiv(N, cfg.BN)
     tma_persistent_kernel[(min(sms, tiles),)](
         a_desc, b_desc, c_desc, M, N, K,
         BLOCK_SIZE_M=cfg.BM, BLOCK_SIZE_N=cfg.BN, BLOCK_SIZE_K=cfg.BK,
@@ -160,7 +152,7 @@ def asm_job(dtype=torch.float16, *, config=None, cc=(9, 0), size=4096, sms=132):
     ``size``-cubed operands would specialise it (for
     :func:`gemm_lessons.triton_asm.compile_kernels`)."""
     cfg = config or GPU_CONFIG
-    name = str(dtype).replace("torch.", "")
+    name = dtype_name(dtype)
     args = {"a_desc": {"desc": name, "block": [cfg.BM, cfg.BK]},
             "b_desc": {"desc": name, "block": [cfg.BK, cfg.BN]},
             "c_desc": {"desc": name, "block": [cfg.BM, cfg.BN]},
@@ -171,15 +163,9 @@ def asm_job(dtype=torch.float16, *, config=None, cc=(9, 0), size=4096, sms=132):
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages, cc=cc)
 
 
-def check_anywhere(name="k08_triton_tma"):
-    """The line ``gl.check(name)`` prints, on any machine (:func:`gemm_lessons.check_anywhere`:
-    on a GPU without TMA, in a child process on Triton's interpreter)."""
-    from .. import api
-    return api.check_anywhere(name)
-
-
 KERNELS = [
     Kernel("k08_triton_tma", 8, "triton", FP16_BF16,
            "Hopper fast path: TMA descriptor loads/stores, persistent grid (one program per SM)",
-           launch=matmul, source=tma_persistent_kernel, min_cc=(9, 0)),
+           launch=matmul, source=tma_persistent_kernel, min_cc=(9, 0),
+           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG}),
 ]

@@ -34,26 +34,24 @@ gelu(x + y)), so it must wait for the full sum.
 """
 from __future__ import annotations
 
-import os
-from dataclasses import dataclass, field
-from functools import lru_cache
+from dataclasses import dataclass
 
 import torch
 import triton
 import triton.language as tl
 
-from .. import engines
+from ..common import NOMINAL_SMS, cdiv, simulated, sm_count
+from ..engines import on_gpu
 from . import Kernel
+from .k07_triton_swizzle import grouped_pid
 
-__all__ = ["fused_gemm_kernel", "splitk_epilogue_kernel", "Config", "default_config",
-           "split_k_rule", "fused_gemm", "bench_epilogue", "bench_split_k", "fusion_bytes",
-           "EpilogueBench", "KERNEL_NAMES",
-           "ACTIVATION_CODES", "LEAKY_SLOPE"]
+__all__ = ["fused_gemm_kernel", "splitk_epilogue_kernel", "epilogue", "Config",
+           "default_config", "split_k_rule", "blas_reads", "fused_gemm", "gemm_auto",
+           "gemm_split", "ACTIVATION_CODES", "LEAKY_SLOPE"]
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "leaky_relu": 3}
 LEAKY_SLOPE = 0.01                      # torch.nn.functional.leaky_relu's default
-NOMINAL_SMS = 132                       # an H100/H200: the split-K rule's SM count off-GPU
 MIN_K_ITERS_PER_SPLIT = 8               # a K slice keeps at least 8 BLOCK_SIZE_K steps
 MAX_SPLIT_K = 64
 MAX_GRID_YZ = 65535                     # CUDA's limit on grid axes 1 and 2
@@ -73,7 +71,7 @@ def _activation(x, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
-def _epilogue(acc, offs_m, offs_n, pid_b, M, N,
+def epilogue(acc, offs_m, offs_n, pid_b, M, N,
               c_ptr, stride_cb, stride_cm, stride_cn,
               bias_ptr, stride_bias,
               out_ptr, stride_ob, stride_om, stride_on,
@@ -125,12 +123,7 @@ def fused_gemm_kernel(
     pid_b = tl.program_id(1).to(tl.int64)
     num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
-    num_pid_in_group = GROUP_SIZE_M * num_pid_n
-    group_id = pid // num_pid_in_group
-    first_pid_m = group_id * GROUP_SIZE_M
-    group_size_m = min(num_pid_m - first_pid_m, GROUP_SIZE_M)
-    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
-    pid_n = (pid % num_pid_in_group) // group_size_m
+    pid_m, pid_n = grouped_pid(pid, num_pid_m, num_pid_n, GROUP_SIZE_M)
 
     # -- which part of K: all of it, or this program's slice
     if IS_SPLIT:
@@ -179,10 +172,10 @@ def fused_gemm_kernel(
                    + offs_m[:, None].to(tl.int64) * stride_om + offs_n[None, :] * stride_on)
         tl.store(ws_ptrs, acc, mask=mask)
     else:
-        _epilogue(acc, offs_m, offs_n, pid_b, M, N,
-                  c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
-                  out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
-                  HAS_C, HAS_BIAS, ACTIVATION)
+        epilogue(acc, offs_m, offs_n, pid_b, M, N,
+                 c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
+                 out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
+                 HAS_C, HAS_BIAS, ACTIVATION)
 
 
 @triton.jit
@@ -214,10 +207,10 @@ def splitk_epilogue_kernel(
     for s in range(0, SPLIT_K):
         acc += tl.load(ws_ptrs, mask=mask, other=0.0)
         ws_ptrs += stride_ws
-    _epilogue(acc, offs_m, offs_n, pid_b, M, N,
-              c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
-              out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
-              HAS_C, HAS_BIAS, ACTIVATION)
+    epilogue(acc, offs_m, offs_n, pid_b, M, N,
+             c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
+             out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
+             HAS_C, HAS_BIAS, ACTIVATION)
 
 
 # ------------------------------------------------------------------------ configuration
@@ -247,13 +240,11 @@ class Config:
 # Off the GPU (Triton's interpreter) every tile is 16 x 16 x 16: small shapes still have
 # several tiles, and several K steps, so masks and the split are exercised.
 SIMULATOR_CONFIG = Config(16, 16, 16, GROUP_SIZE_M=2, num_warps=1, num_stages=1)
-# On a GPU (H100/H200; tools/sweep_k09.py compares the alternatives on the machine):
-# fp16/bf16 tiles of 128 x 128 x 64, 8 warps, 3 stages: 96 KB of shared memory and about
-# 120 registers a thread (Triton 3.9 compiling for sm_90, with gelu), so two programs share
-# each SM and one's epilogue (about 35 instructions an element for gelu) overlaps the other's
-# K loop. A 128 x 256 tile needs all 255 registers and spills in the gelu epilogue, and runs
-# one program per SM.
-# fp32 with IEEE products runs on the FMA units: smaller tiles.
+# On a GPU: fp16/bf16 tiles of 128 x 128 x 64, 8 warps, 3 stages, small enough in shared
+# memory and registers that two programs share an SM, so one's epilogue overlaps the
+# other's K loop; a 128 x 256 tile runs out of registers in the gelu epilogue and spills
+# (tools/sweep_k09.py times the alternatives). fp32 with IEEE products runs on the FMA
+# units: smaller tiles.
 GPU_CONFIGS = {
     "fp16": Config(128, 128, 64, GROUP_SIZE_M=8, num_warps=8, num_stages=3),
     "fp32": Config(64, 64, 32, GROUP_SIZE_M=8, num_warps=4, num_stages=3),
@@ -264,25 +255,11 @@ GPU_CONFIGS = {
 def default_config(dtype, epilogue=False) -> Config:
     """The tile configuration for ``dtype`` on this engine (``epilogue``: the split-K
     second pass's)."""
-    if not engines.on_gpu():
+    if not on_gpu():
         return SIMULATOR_CONFIG
     if epilogue:
         return GPU_CONFIGS["epilogue"]
     return GPU_CONFIGS["fp32"] if dtype == torch.float32 else GPU_CONFIGS["fp16"]
-
-
-@lru_cache(maxsize=None)
-def _num_sms(index):
-    return torch.cuda.get_device_properties(index).multi_processor_count
-
-
-def num_sms(device=None):
-    """Streaming multiprocessors of the GPU (the nominal H100/H200 count off the GPU, so the
-    split-K rule takes the same decisions on every engine)."""
-    if not engines.on_gpu():
-        return NOMINAL_SMS
-    device = torch.device("cuda") if device is None else torch.device(device)
-    return _num_sms(device.index if device.index is not None else torch.cuda.current_device())
 
 
 def split_k_rule(M, N, K, batch=1, *, block_m, block_n, block_k, sms=NOMINAL_SMS):
@@ -294,20 +271,16 @@ def split_k_rule(M, N, K, batch=1, *, block_m, block_n, block_k, sms=NOMINAL_SMS
     The price: each slice writes and the second pass reads an fp32 (batch, M, N) partial,
     2 * S * batch * M * N * 4 bytes, small next to the GEMM exactly when tiles are few.
     """
-    tiles = batch * triton.cdiv(M, block_m) * triton.cdiv(N, block_n)
+    tiles = batch * cdiv(M, block_m) * cdiv(N, block_n)
     if 2 * tiles > sms:
         return 1
-    k_iters = triton.cdiv(K, block_k)
+    k_iters = cdiv(K, block_k)
     return max(1, min(sms // tiles, k_iters // MIN_K_ITERS_PER_SPLIT, MAX_SPLIT_K))
 
 
-def _reads(alpha, beta):
+def blas_reads(alpha, beta):
     """(reads A and B, reads C): BLAS never reads what a zero scalar multiplies."""
     return alpha != 0.0, beta != 0.0
-
-
-def _interpreted():
-    return os.environ.get("TRITON_INTERPRET", "0") == "1"
 
 
 # ------------------------------------------------------------------------ launchers
@@ -329,14 +302,14 @@ def fused_gemm(a3, b3, c3, out, alpha=1.0, beta=0.0, bias=None, activation=None,
             fused_gemm(a3[part], b3[part], None if c3 is None else c3[part], out[part], alpha,
                        beta, bias, activation, split_k=split_k, config=config)
         return out
-    reads_ab, reads_c = _reads(alpha, beta)
+    reads_ab, reads_c = blas_reads(alpha, beta)
     act = ACTIVATION_CODES[activation]
     c_args = (c3, *c3.stride()) if reads_c else (out, 0, 0, 0)   # never dereferenced if unread
     bias_args = (bias, bias.stride(0)) if bias is not None else (out, 0)
     if split_k == "auto":
         cfg = config or default_config(a3.dtype)
         split_k = split_k_rule(M, N, K, B, block_m=cfg.BLOCK_SIZE_M, block_n=cfg.BLOCK_SIZE_N,
-                               block_k=cfg.BLOCK_SIZE_K, sms=num_sms(a3.device))
+                               block_k=cfg.BLOCK_SIZE_K, sms=sm_count(a3.device))
     if not reads_ab:
         # alpha == 0: the K loop is skipped entirely (A and B are never read); the epilogue
         # kernel runs over zero partial sums
@@ -346,10 +319,10 @@ def fused_gemm(a3, b3, c3, out, alpha=1.0, beta=0.0, bias=None, activation=None,
     cfg = config or default_config(a3.dtype)
     BM, BN, BK = cfg.BLOCK_SIZE_M, cfg.BLOCK_SIZE_N, cfg.BLOCK_SIZE_K
     common = dict(IEEE=a3.dtype == torch.float32,
-                  UPCAST=a3.dtype == torch.bfloat16 and _interpreted(),
+                  UPCAST=a3.dtype == torch.bfloat16 and simulated(),
                   BLOCK_SIZE_M=BM, BLOCK_SIZE_N=BN, BLOCK_SIZE_K=BK,
                   GROUP_SIZE_M=cfg.GROUP_SIZE_M, **cfg.launch_options())
-    tiles = triton.cdiv(M, BM) * triton.cdiv(N, BN)
+    tiles = cdiv(M, BM) * cdiv(N, BN)
     if split_k <= 1:
         fused_gemm_kernel[(tiles, B, 1)](
             a3, b3, c_args[0], bias_args[0], out, M, N, K,
@@ -359,8 +332,8 @@ def fused_gemm(a3, b3, c3, out, alpha=1.0, beta=0.0, bias=None, activation=None,
             EVEN_K=K % BK == 0, **common)
         return out
     # split-K: S slices of whole BLOCK_SIZE_K steps; the last slice may be shorter
-    k_per_split = triton.cdiv(triton.cdiv(K, split_k), BK) * BK
-    S = triton.cdiv(K, k_per_split)
+    k_per_split = cdiv(cdiv(K, split_k), BK) * BK
+    S = cdiv(K, k_per_split)
     ws = torch.empty((S, B, M, N), dtype=torch.float32, device=out.device)
     fused_gemm_kernel[(tiles, B, S)](
         a3, b3, ws, ws, ws, M, N, K,
@@ -379,7 +352,7 @@ def _splitk_epilogue(ws, S, c_args, bias_args, out, alpha, beta, has_c, has_bias
     cfg = default_config(out.dtype, epilogue=True)
     BM, BN = cfg.BLOCK_SIZE_M, cfg.BLOCK_SIZE_N
     ws_args = (ws, *ws.stride()[:3]) if ws is not None else (out, 0, 0, 0)
-    grid = (triton.cdiv(M, BM), triton.cdiv(N, BN), B)
+    grid = (cdiv(M, BM), cdiv(N, BN), B)
     splitk_epilogue_kernel[grid](
         ws_args[0], c_args[0], bias_args[0], out, M, N, S, *ws_args[1:],
         *c_args[1:], bias_args[1], *out.stride(), float(alpha), float(beta),
@@ -399,7 +372,7 @@ def gemm_split(a3, b3, c3, out, alpha, beta, bias, activation):
     cfg = default_config(a3.dtype)
     s = split_k_rule(M, b3.shape[2], K, B, block_m=cfg.BLOCK_SIZE_M,
                      block_n=cfg.BLOCK_SIZE_N, block_k=cfg.BLOCK_SIZE_K,
-                     sms=num_sms(a3.device))
+                     sms=sm_count(a3.device))
     return fused_gemm(a3, b3, c3, out, alpha, beta, bias, activation, split_k=max(2, s))
 
 
@@ -414,197 +387,18 @@ def launch_split(a, b, c):
     gemm_split(a.unsqueeze(0), b.unsqueeze(0), None, c.unsqueeze(0), 1.0, 0.0, None, None)
 
 
-# ------------------------------------------------------------------------ measurements
-def fusion_bytes(M, N, dtype=torch.float16, unfused_passes=1):
-    """Global-memory bytes of the element-wise work after a GEMM, unfused vs fused.
-
-    Unfused (torch eager ``gelu(addmm(bias, a, b))``: cuBLAS adds the bias in its own
-    epilogue, then ``gelu`` is a separate kernel): the GEMM writes the (M, N) product, and
-    each of ``unfused_passes`` element-wise kernels reads it and writes it again. Fused: the
-    product is written once, already activated. Returns (unfused, fused, saved) in bytes.
-    """
-    size = M * N * torch.empty((), dtype=dtype).element_size()
-    unfused = size + unfused_passes * 2 * size
-    fused = size
-    return unfused, fused, unfused - fused
-
-
-@dataclass
-class EpilogueBench:
-    """Times (ms, median) of one fused-epilogue problem, all measured in one run: the fused
-    kernels (names starting with "k09") and the baselines."""
-    M: int
-    N: int
-    K: int
-    dtype: torch.dtype
-    activation: str | None
-    ms: dict            # name -> milliseconds (k09 kernels, torch eager, torch.compile, mm)
-    note: str = ""
-    config: str = ""    # k09_fused_epilogue's tile configuration
-    bias: bool = True
-    configs: dict = field(default_factory=dict)   # kernel name -> its configuration
-
-    def tflops(self, name):
-        return 2.0 * self.M * self.N * self.K / (self.ms[name] * 1e-3) / 1e12
-
-    def ratio(self, baseline, name="k09_fused_epilogue"):
-        """Speed of ``name`` relative to ``baseline`` (> 1: faster)."""
-        return self.ms[baseline] / self.ms[name]
-
-    @property
-    def kernels(self):
-        """The fused kernels timed (the other entries of ``ms`` are baselines)."""
-        return [n for n in self.ms if n.startswith("k09")]
-
-    def __str__(self):
-        dt = str(self.dtype).replace("torch.", "")
-        what = " + ".join(["bias"] * self.bias + [str(self.activation)] * bool(self.activation))
-        head = f"GEMM + {what or 'nothing'}, {dt}, M={self.M} N={self.N} K={self.K}"
-        if not self.ms:
-            return f"{head}: not timed ({self.note})"
-        lines = [head + (f" ({self.note})" if self.note else "")]
-        ours = self.kernels
-        for name, ms in self.ms.items():
-            if name in ours:
-                extra = f"   [{self.configs.get(name, '')}]"
-            else:
-                extra = "   " + ", ".join(f"{k} is {self.ratio(name, k):.2f}x this"
-                                          for k in ours)
-            lines.append(f"  {name:<22} {ms:8.3f} ms  {self.tflops(name):6.1f} TFLOP/s{extra}")
-        return "\n".join(lines)
-
-
-def _torch_epilogue(activation):
-    """The same computation in torch: ``act(addmm(bias, a, b))`` (``a @ b`` without a bias)."""
-    import torch.nn.functional as F
-
-    def fn(a, b, bias):
-        y = torch.mm(a, b) if bias is None else torch.addmm(bias, a, b)
-        if activation == "gelu":
-            return F.gelu(y)
-        if activation == "relu":
-            return F.relu(y)
-        if activation == "leaky_relu":
-            return F.leaky_relu(y, LEAKY_SLOPE)
-        return y
-    return fn
-
-
-BASELINES = ("torch eager", "torch.compile", "cuBLAS mm alone")
-KERNEL_NAMES = ("k09_fused_epilogue", "k09_fused_tma")
-
-
-def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gelu", *,
-                   bias=True, baselines=BASELINES, config=None, b_layout="row", seed=0,
-                   kernels=KERNEL_NAMES, tma_config=None):
-    """Time the fused (bias +) activation GEMM and, in the same run, ``baselines``: torch
-    eager (``addmm`` then the activation), ``torch.compile`` of the same function, and
-    cuBLAS's ``mm`` alone (no epilogue at all), after checking that they agree.
-
-    ``kernels``: which fused kernels to time: ``k09_fused_epilogue`` (pointer loads, one
-    program per tile; ``config`` overrides its tiles) and ``k09_fused_tma`` (TMA loads,
-    persistent grid; ``tma_config``, a ``k09_fused_tma.TmaConfig``, overrides its tiles),
-    the latter only on Hopper (sm_90+) and for fp16/bf16; elsewhere it is left out and the
-    result's ``note`` says so. ``b_layout="transposed"`` passes B as ``W.t()`` of an (N, K)
-    weight, as ``nn.Linear`` stores it. On the simulator nothing is timed."""
-    from .. import harness
-    from . import k09_fused_tma as tma
-    cfg = config or default_config(dtype)
-    res = EpilogueBench(M, N, K, dtype, activation, {}, config=str(cfg), bias=bias)
-    if not engines.on_gpu():
-        res.note = harness.SIMULATOR_NOTE
-        return res
-    gen = torch.Generator().manual_seed(seed)
-    dev = engines.device()
-    # |a @ b| near 1, gelu's curved range: entries of size 1/8 and 1/sqrt(K) * 8
-    a = (torch.randn(M, K, generator=gen) / 8).to(dtype).to(dev)
-    if b_layout == "transposed":
-        b = (torch.randn(N, K, generator=gen) * (8 / K ** 0.5)).to(dtype).to(dev).t()
-    else:
-        b = (torch.randn(K, N, generator=gen) * (8 / K ** 0.5)).to(dtype).to(dev)
-    bias_t = torch.randn(N, generator=gen).to(dtype).to(dev) if bias else None
-    a3, b3 = a.unsqueeze(0), b.unsqueeze(0)
-
-    eager = _torch_epilogue(activation)
-    runs = {}
-    if "k09_fused_epilogue" in kernels:
-        out = torch.empty(1, M, N, dtype=dtype, device=dev)
-        runs["k09_fused_epilogue"] = lambda: fused_gemm(a3, b3, None, out, 1.0, 0.0, bias_t,
-                                                        activation, split_k=1, config=cfg)[0]
-        res.configs["k09_fused_epilogue"] = str(cfg)
-    if "k09_fused_tma" in kernels:
-        if not tma.runs_here() or dtype == torch.float32:
-            res.note = "k09_fused_tma not timed: it needs sm_90 and fp16/bf16"
-        elif not tma.will_use_tma(a3, b3):
-            res.note = "k09_fused_tma not timed: TMA cannot address these operands"
-        else:
-            tcfg = tma_config or tma.default_config()
-            out_t = torch.empty(1, M, N, dtype=dtype, device=dev)
-            runs["k09_fused_tma"] = lambda: tma.fused_gemm_tma(
-                a3, b3, None, out_t, 1.0, 0.0, bias_t, activation, config=tcfg)[0]
-            res.configs["k09_fused_tma"] = str(tcfg)
-    if "torch eager" in baselines:
-        runs["torch eager"] = lambda: eager(a, b, bias_t)
-    if "torch.compile" in baselines:
-        compiled = torch.compile(eager)
-        runs["torch.compile"] = lambda: compiled(a, b, bias_t)
-    ref = eager(a, b, bias_t).float()
-    for name, fn in runs.items():          # check before timing
-        err = ((fn().float() - ref).norm() / ref.norm()).item()
-        if not err < 1e-2:
-            raise harness.CheckError(f"{name} disagrees with torch eager: relative error "
-                                     f"{err:.1e}; not timing it")
-    for name, fn in runs.items():
-        res.ms[name] = harness.time_cuda(fn)
-    if "cuBLAS mm alone" in baselines:
-        mm_out = torch.empty(M, N, dtype=dtype, device=dev)
-        res.ms["cuBLAS mm alone"] = harness.time_cuda(lambda: torch.mm(a, b, out=mm_out))
-    return res
-
-
-def bench_split_k(M=256, N=256, K=65536, dtype=torch.float16, *, splits=(1, "auto"),
-                  config=None, seed=0):
-    """Time the same GEMM with several split-K settings (1 = no split, "auto" = the rule,
-    or a number of slices) and cuBLAS, in one run, after checking each. Returns
-    {label: ms}; empty on the simulator."""
-    from .. import harness
-    if not engines.on_gpu():
-        return {}
-    a, b = harness.make_operands(M, N, K, dtype, seed=seed)
-    out = torch.empty(1, M, N, dtype=dtype, device=a.device)
-    ref = harness.reference(a, b)
-    times = {}
-    for s in splits:
-        def run(s=s):
-            return fused_gemm(a.unsqueeze(0), b.unsqueeze(0), None, out, split_k=s,
-                              config=config)
-        out.fill_(float("nan"))
-        run()
-        ok, rel, _ = harness.compare(out[0], ref, a, b, dtype)
-        if not ok:
-            raise harness.CheckError(f"split_k={s} is wrong: relative error {rel:.1e}")
-        if s == "auto":
-            cfg = config or default_config(dtype)
-            n = split_k_rule(M, N, K, block_m=cfg.BLOCK_SIZE_M, block_n=cfg.BLOCK_SIZE_N,
-                             block_k=cfg.BLOCK_SIZE_K, sms=num_sms(a.device))
-            label = f"split_k=auto ({n})"
-        else:
-            label = f"split_k={s}"
-        times[label] = harness.time_cuda(run)
-    mm_out = torch.empty(M, N, dtype=dtype, device=a.device)
-    times["cuBLAS"] = harness.time_cuda(lambda: torch.mm(a, b, out=mm_out))
-    return times
-
-
 KERNELS = [
     Kernel("k09_fused_epilogue", 9, "triton", DTYPES,
            "alpha, beta*C, bias and activation fused after the K loop; batched, any strides",
            launch=launch, gemm=gemm_auto, source=fused_gemm_kernel, min_cc=(8, 0),
-           features=frozenset({"alpha_beta", "bias", "activation", "batched"})),
+           features=frozenset({"alpha_beta", "bias", "activation", "batched"}),
+           configs={"gpu": [GPU_CONFIGS["fp16"], GPU_CONFIGS["fp32"]],
+                    "simulator": SIMULATOR_CONFIG}),
     Kernel("k09_split_k", 9, "triton", DTYPES,
            "K cut into slices on separate SMs, fp32 partials summed in a second pass, then "
            "the epilogue",
            launch=launch_split, gemm=gemm_split, source=splitk_epilogue_kernel, min_cc=(8, 0),
            features=frozenset({"alpha_beta", "bias", "activation", "batched"}),
-           in_ladder=False),
+           in_ladder=False,
+           configs={"gpu": list(GPU_CONFIGS.values()), "simulator": SIMULATOR_CONFIG}),
 ]

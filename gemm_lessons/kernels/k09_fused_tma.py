@@ -19,10 +19,10 @@ schedule differ, and they are lesson 08's (``k08_triton_tma``):
   the next tile's first loads are in flight during this tile's epilogue.
 
 The epilogue stores through pointers (masked), as k09_fused_epilogue does, so C, bias and
-the output may have any strides. ``EPILOGUE_SUBTILE`` (on in the GPU configuration) runs
-the epilogue on the two 128 x 128 halves of the 128 x 256 tile one after the other: the
-whole-tile gelu needs more than 255 registers a thread and spills (45 spill stores compiled
-for sm_90 by Triton 3.6), the halves do not.
+the output may have any strides. ``EPILOGUE_SUBTILE`` (on in every configuration) runs
+the epilogue on the two halves of the tile one after the other: on the GPU's 128 x 256
+tile the whole-tile gelu needs more registers than a thread may have and spills, the halves
+do not (``asm_job`` compiles it: ptxas's report shows the spills).
 
 Batches: ``gl.gemm`` hands the kernel (B, M, K) and (B, K, N) views. An operand with a
 real batch (batch stride not 0) gets a 3-D descriptor, (B, rows, cols) with a block of
@@ -49,7 +49,6 @@ there bf16 tiles are widened to fp32 after the load (``UPCAST``), as in k09_fuse
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
 
 import torch
 import triton
@@ -57,14 +56,14 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .. import engines
+from ..common import cdiv, dtype_name, simulated
 from . import FP16_BF16, Kernel
 from . import k09_fused_epilogue as k09
 from .k07_triton_swizzle import grouped_pid
-from .k08_triton_tma import num_sms, tma_ready
+from .k08_triton_tma import persistent_programs, tma_ready
 
 __all__ = ["fused_tma_kernel", "TmaConfig", "GPU_CONFIG", "SIM_CONFIG", "default_config",
-           "will_use_tma", "fused_gemm_tma", "gemm_tma", "launch", "asm_job",
-           "check_anywhere"]
+           "will_use_tma", "fused_gemm_tma", "gemm_tma", "launch", "asm_job"]
 
 
 # ----------------------------------------------------------------------------- kernel
@@ -139,20 +138,20 @@ def fused_tma_kernel(
             acc0, acc1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_SIZE_M, 2,
                                                               BLOCK_SIZE_N // 2)), (0, 2, 1)))
             offs_n = off_n + tl.arange(0, BLOCK_SIZE_N // 2)
-            k09._epilogue(acc0, offs_m, offs_n, pid_b.to(tl.int64), M, N,
-                          c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
-                          out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
-                          HAS_C, HAS_BIAS, ACTIVATION)
-            k09._epilogue(acc1, offs_m, offs_n + BLOCK_SIZE_N // 2, pid_b.to(tl.int64), M, N,
-                          c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
-                          out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
-                          HAS_C, HAS_BIAS, ACTIVATION)
+            k09.epilogue(acc0, offs_m, offs_n, pid_b.to(tl.int64), M, N,
+                         c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
+                         out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
+                         HAS_C, HAS_BIAS, ACTIVATION)
+            k09.epilogue(acc1, offs_m, offs_n + BLOCK_SIZE_N // 2, pid_b.to(tl.int64), M, N,
+                         c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
+                         out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
+                         HAS_C, HAS_BIAS, ACTIVATION)
         else:
             offs_n = off_n + tl.arange(0, BLOCK_SIZE_N)
-            k09._epilogue(acc, offs_m, offs_n, pid_b.to(tl.int64), M, N,
-                          c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
-                          out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
-                          HAS_C, HAS_BIAS, ACTIVATION)
+            k09.epilogue(acc, offs_m, offs_n, pid_b.to(tl.int64), M, N,
+                         c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
+                         out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
+                         HAS_C, HAS_BIAS, ACTIVATION)
 
 
 # ------------------------------------------------------------------------ configuration
@@ -167,16 +166,16 @@ class TmaConfig(k09.Config):
                 + ("" if self.flatten else " noflat"))
 
 
-# H200 (tools/sweep_k09.py): 128 x 256 x 64 tiles, 8 warps, 3 stages, GROUP_SIZE_M 8 was
-# the exploratory variant's best (1.01x torch eager, 1.02x torch.compile; 128 x 128 tiles
-# gained nothing), though its whole-tile gelu epilogue spilled 45 registers. Compiled for
-# sm_90 (Triton 3.6 and 3.9), the epilogue on two 128 x 128 halves spills none, so that is
-# the default. 3 stages x (128 + 256) x 64 x 2 bytes = 144 KB of operand tiles (176 KB of
-# shared memory in all, with the epilogue's layout conversion): one program per SM.
+# On a GPU: 128 x 256 x 64 tiles, 8 warps, 3 stages (one program per SM). The gelu
+# epilogue on the whole 128 x 256 tile needs more registers than a thread has and spills;
+# on two 128 x 128 halves it does not, so the halves are the default (tools/sweep_k09.py
+# times the alternatives).
 GPU_CONFIG = TmaConfig(128, 256, 64, GROUP_SIZE_M=8, num_warps=8, num_stages=3,
                        epilogue_subtile=True)
-# the interpreter: small tiles (3 pretend SMs, k08's num_sms), so programs loop over tiles
-SIM_CONFIG = TmaConfig(16, 16, 16, GROUP_SIZE_M=2, num_warps=1, num_stages=1)
+# the interpreter: small tiles (k08's persistent_programs: 3 programs), so programs loop
+# over tiles; the same epilogue on two halves as on the GPU
+SIM_CONFIG = TmaConfig(16, 16, 16, GROUP_SIZE_M=2, num_warps=1, num_stages=1,
+                       epilogue_subtile=True)
 
 
 def default_config() -> TmaConfig:
@@ -231,7 +230,7 @@ def fused_gemm_tma(a3, b3, c3, out, alpha=1.0, beta=0.0, bias=None, activation=N
     says so."""
     B, M, K = a3.shape
     N = b3.shape[2]
-    reads_ab, reads_c = k09._reads(alpha, beta)
+    reads_ab, reads_c = k09.blas_reads(alpha, beta)
     cfg = config or default_config()
     da = _as_descriptor(a3, cfg.BLOCK_SIZE_M, cfg.BLOCK_SIZE_K, B) if reads_ab else None
     db = _as_descriptor(b3, cfg.BLOCK_SIZE_K, cfg.BLOCK_SIZE_N, B) if reads_ab else None
@@ -240,17 +239,17 @@ def fused_gemm_tma(a3, b3, c3, out, alpha=1.0, beta=0.0, bias=None, activation=N
         # kernel, one pass, same epilogue
         return k09.fused_gemm(a3, b3, c3, out, alpha, beta, bias, activation, split_k=1)
     (a_desc, a_3d, a_trans), (b_desc, b_3d, b_trans) = da, db
-    sms = num_sms(out.device) if sms is None else sms
+    sms = persistent_programs(out.device) if sms is None else sms
     c_args = (c3, *c3.stride()) if reads_c else (out, 0, 0, 0)   # never loaded if unread
     bias_args = (bias, bias.stride(0)) if bias is not None else (out, 0)
-    tiles = B * triton.cdiv(M, cfg.BLOCK_SIZE_M) * triton.cdiv(N, cfg.BLOCK_SIZE_N)
+    tiles = B * cdiv(M, cfg.BLOCK_SIZE_M) * cdiv(N, cfg.BLOCK_SIZE_N)
     fused_tma_kernel[(min(sms, tiles),)](
         a_desc, b_desc, c_args[0], bias_args[0], out, M, N, K, B,
         *c_args[1:], bias_args[1], *out.stride(), float(alpha), float(beta),
         HAS_C=reads_c, HAS_BIAS=bias is not None,
         ACTIVATION=k09.ACTIVATION_CODES[activation],
         A_3D=a_3d, B_3D=b_3d, A_TRANS=a_trans, B_TRANS=b_trans,
-        UPCAST=a3.dtype == torch.bfloat16 and k09._interpreted(),
+        UPCAST=a3.dtype == torch.bfloat16 and simulated(),
         EPILOGUE_SUBTILE=cfg.epilogue_subtile, FLATTEN=cfg.flatten,
         BLOCK_SIZE_M=cfg.BLOCK_SIZE_M, BLOCK_SIZE_N=cfg.BLOCK_SIZE_N,
         BLOCK_SIZE_K=cfg.BLOCK_SIZE_K, GROUP_SIZE_M=cfg.GROUP_SIZE_M, NUM_SMS=sms,
@@ -277,7 +276,7 @@ def asm_job(dtype=torch.float16, *, config=None, cc=(9, 0), size=4096, sms=132,
     contiguous ``size``-cubed operands; ``batched``: 3-D descriptors; ``b_trans``: B given
     as W.t()."""
     cfg = config or GPU_CONFIG
-    name = str(dtype).replace("torch.", "")
+    name = dtype_name(dtype)
     lead = [1] if batched else []
     b_block = [cfg.BLOCK_SIZE_N, cfg.BLOCK_SIZE_K] if b_trans else \
         [cfg.BLOCK_SIZE_K, cfg.BLOCK_SIZE_N]
@@ -300,30 +299,12 @@ def asm_job(dtype=torch.float16, *, config=None, cc=(9, 0), size=4096, sms=132,
                 num_warps=cfg.num_warps, num_stages=cfg.num_stages, cc=cc)
 
 
-def check_anywhere():
-    """The line ``gl.check("k09_fused_tma")`` prints, on any machine: here on Hopper or on
-    the interpreter; on an older GPU (no TMA), in a child process on Triton's interpreter
-    (k08_triton_tma's :func:`~gemm_lessons.kernels.k08_triton_tma.check_anywhere`)."""
-    from .k08_triton_tma import check_anywhere as k08_check_anywhere
-    return k08_check_anywhere("k09_fused_tma")
-
-
-@lru_cache(maxsize=None)
-def _hopper():
-    eng = engines.engine()
-    return eng.kind == "cuda" and tuple(eng.capability) >= (9, 0)
-
-
-def runs_here():
-    """Whether the TMA kernel can run on this engine (Hopper or newer, or the interpreter)."""
-    return not engines.on_gpu() or _hopper()
-
-
 KERNELS = [
     Kernel("k09_fused_tma", 9, "triton", FP16_BF16,
            "k09's fused epilogue on TMA loads and a persistent grouped grid (Hopper); "
            "batched, B row-major or W.t()",
            launch=launch, gemm=gemm_tma, source=fused_tma_kernel, min_cc=(9, 0),
            features=frozenset({"alpha_beta", "bias", "activation", "batched"}),
-           in_ladder=False),    # the ladder's TMA rung is k08_triton_tma (same K loop)
+           in_ladder=False,     # the ladder's TMA rung is k08_triton_tma (same K loop)
+           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG}),
 ]

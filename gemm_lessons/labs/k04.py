@@ -1,0 +1,175 @@
+"""Lesson 04's demonstrations, above the API: the deliberate bug of the float4 steps, and
+a launch of any lesson-04 kernel traced in the simulator (bank counters, loop events).
+
+    from gemm_lessons.labs import k04
+    print(k04.unpadded_failure())      # the launcher without its copy: misaligned address
+"""
+from __future__ import annotations
+
+import re
+
+import torch
+
+from .. import common, counters, engines, harness
+from ..common import cdiv
+from ..kernels import k04_tiles
+
+RAGGED = harness.Case("ragged", 21, 24, 19, hint="K % 4 != 0: rows of A not 16-byte aligned")
+
+
+def _unpadded_here():
+    from ..kernels.k04_vectorized import launch_unpadded
+    try:
+        harness.check(launch_unpadded, "launch_unpadded", cases=[RAGGED])
+    except IndexError as exc:            # the simulator's (and the GPU's) misaligned address
+        # the instruction and the error, without the thread that met it first (any thread)
+        m = re.search(r"(\w+): misaligned address", str(exc))
+        return f"{type(exc).__name__}: {m.group(0) if m else str(exc).splitlines()[0]}"
+    return "no error: the float4 loads happened to be aligned"
+
+
+def unpadded_failure() -> str:
+    """``k04_vectorized`` launched without the copy into float4-ready buffers, on a
+    21 x 24 x 19 product: the error line. Always run in the simulator (on a GPU the
+    misaligned load is fatal to the CUDA context of the process)."""
+    return common.run_on_simulator("gemm_lessons.labs.k04:_unpadded_here")
+
+
+def _trace_here(name, cfg, M, N, K, seed):
+    from ..kernels import k04_register_tiling as lesson
+    make = {k.name: k.source for k in lesson.KERNELS}[name]
+    kernel = make(**cfg)
+    a, b = harness.make_operands(M, N, K, seed=seed)
+    c = torch.full((M, N), float("nan"))
+    tiles = k04_tiles.Tiles(**cfg)
+    grid = (cdiv(N, cfg["BN"]), cdiv(M, cfg["BM"]))
+    vector = name not in ("k04_1d_tiling", "k04_2d_tiling")
+    a4, b4 = (k04_tiles.padded4(a), k04_tiles.padded4(b)) if vector else (a, b)
+    vec_c = int(N % 4 == 0 and c.data_ptr() % 16 == 0)   # as the launcher decides
+    args = [engines.as_numba(x) for x in (a4, b4, c)] + ([vec_c] if vector else [])
+    with counters.trace(A=a4, B=b4, C=c) as t:
+        kernel[grid, tiles.threads](*args)
+    ok = harness.compare(c, harness.reference(a, b), a, b, torch.float32)[0]
+    return t, bool(ok)
+
+
+def trace(name, cfg, M, N, K, *, seed=0):
+    """(trace, correct) of one launch of lesson-04 kernel ``name`` with tile sizes ``cfg``
+    (any, e.g. its GPU configuration) on seeded M x N x K inputs, in the simulator."""
+    return counters.run_simulated("gemm_lessons.labs.k04:_trace_here", name, dict(cfg),
+                                  M, N, K, seed)
+
+
+# ------------------------------------------------------------- PTX, SASS and occupancy
+def _ptx_here(names, cc):
+    from .. import compiled
+    return {n: compiled._compile_here(n, cc) for n in names}
+
+
+def ptx_of(names, cc=(9, 0)):
+    """{name: PTX} of registered numba kernels' GPU configurations, compiled in one process
+    (here on a GPU, else in one child process with the simulator off)."""
+    import json
+    import os
+    import subprocess
+    import sys
+    names, cc = list(names), tuple(cc)
+    if engines.engine().kind in ("cuda", "compile"):
+        return _ptx_here(names, cc)
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("NUMBA_ENABLE_CUDASIM", "TRITON_INTERPRET")}
+    env["GEMM_LESSONS_ENGINE"] = "compile"
+    code = ("import json, sys, gemm_lessons; from gemm_lessons.labs import k04; "
+            f"json.dump(k04._ptx_here({names!r}, {cc!r}), sys.stdout)")
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                          text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"compiling {names} failed:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout)
+
+
+def find_nvdisasm():
+    """nvdisasm from the PATH, else the copy Triton ships, else None."""
+    import shutil
+    from pathlib import Path
+    exe = shutil.which("nvdisasm")
+    if exe:
+        return exe
+    try:
+        import triton
+        cand = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+        return str(cand) if cand.exists() else None
+    except ImportError:
+        return None
+
+
+def sass(ptx_text):
+    """The SASS ptxas makes of ``ptx_text`` (for the PTX's own target), disassembled with
+    nvdisasm: no GPU needed. None where ptxas or nvdisasm is missing."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+    from .. import compiled
+    ptxas, nvdisasm = compiled.find_ptxas(), find_nvdisasm()
+    if ptxas is None or nvdisasm is None:
+        return None
+    arch = re.search(r"^\.target\s+(sm_\w+)", ptx_text, re.M).group(1)
+    with tempfile.TemporaryDirectory() as d:
+        src, cubin = Path(d) / "k.ptx", Path(d) / "k.cubin"
+        src.write_text(ptx_text)
+        subprocess.run([ptxas, f"-arch={arch}", str(src), "-o", str(cubin)], check=True,
+                       capture_output=True)
+        return subprocess.run([nvdisasm, "-c", str(cubin)], check=True, capture_output=True,
+                              text=True).stdout
+
+
+_INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
+
+
+def main_loop_mix(sass_text):
+    """{opcode (without modifiers): count} of the main loop: the backward branch whose body
+    holds the most FFMAs. Also 'total' (instructions in it)."""
+    from collections import Counter
+    lines = sass_text.splitlines()
+    labels, instrs = {}, []
+    for line in lines:
+        m = re.match(r"\s*(\.L_x_\d+):", line)
+        if m:
+            labels[m.group(1)] = len(instrs)
+        m = _INSTR.search(line)
+        if m:
+            instrs.append((m.group(3), m.group(4)))
+    best = Counter()
+    for end, (op, rest) in enumerate(instrs):
+        m = re.search(r"\(?(\.L_x_\d+)", rest) if op == "BRA" else None
+        if m and labels.get(m.group(1), end + 1) <= end:
+            body = Counter(o.split(".")[0] for o, _ in instrs[labels[m.group(1)]:end + 1])
+            if body["FFMA"] > best["FFMA"]:
+                best = body
+    best["total"] = sum(v for k, v in best.items() if k != "total")
+    return dict(best)
+
+
+# H200 (compute capability 9.0) per-SM limits, from NVIDIA's CUDA C++ Programming Guide
+# ("Technical Specifications per Compute Capability"; "Compute Capability 9.0", shared
+# memory): 65536 32-bit registers per SM; 255 registers per thread at most; 228 KB of shared
+# memory per SM, 227 KB per block at most, 1 KB reserved per block for the system; 2048
+# resident threads (64 warps); 32 resident blocks. Registers go to warps in units of 256
+# (the allocation granularity of NVIDIA's occupancy calculator).
+H200_LIMITS = dict(registers=65536, reg_unit=256, smem=228 * 1024, smem_block=227 * 1024,
+                   smem_reserved=1024, threads=2048, blocks=32)
+
+
+def occupancy(registers, smem_bytes, threads, limits=H200_LIMITS):
+    """Blocks per SM each resource allows, the resident blocks (the least) and the
+    occupancy (resident warps / 64): what ptxas's report and the block size decide."""
+    warps = -(-threads // 32)
+    per_warp = -(-registers * 32 // limits["reg_unit"]) * limits["reg_unit"]
+    by = {"registers": (limits["registers"] // per_warp) // warps,
+          "shared memory": limits["smem"] // (smem_bytes + limits["smem_reserved"]),
+          "threads": limits["threads"] // threads,
+          "blocks": limits["blocks"]}
+    blocks = min(by.values())
+    limit = min(by, key=by.get)
+    return dict(by=by, blocks=blocks, warps=blocks * warps, limit=limit,
+                occupancy=blocks * warps / (limits["threads"] // 32))

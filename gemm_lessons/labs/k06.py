@@ -1,0 +1,166 @@
+"""Lesson 06's demonstrations: what a cp.async pipeline computes when a rule is broken.
+
+The pipeline's rules, shown on the smallest kernel that has them: ``column_sums`` streams
+T tiles of 8 x 64 halves through two shared buffers (double buffering, as in
+``k06_double_buffer``) and sums each column; thread i copies the 16-byte chunk i of every
+tile and sums column i, which other threads copied, so the barrier matters.
+
+* :func:`column_sums` - the rules kept: wait for the tile, barrier, copy the next tile into
+  the buffer every warp has finished reading, then read;
+* :func:`column_sums_missing_wait` - forgets ``cp_async_wait_group``: it reads a buffer
+  whose copies have not landed (wrong on every engine);
+* :func:`column_sums_early_copy` - issues the next copy before the barrier: a fast thread
+  overwrites the buffer slower threads are still reading. A race: right when every copy
+  lands at its wait (the simulator's default), wrong when copies land at random moments
+  between issue and wait (``ptx.cp_async_landing("random", seed)``), as they may on a GPU.
+
+:func:`missing_wait_demo` runs ``copy_timeline`` (one copy, read before and after its
+wait) and the first two kernels, :func:`early_copy_demo` the first and the third in both
+landing modes; both on the simulator, in a child process where this one runs a GPU
+(:func:`gemm_lessons.common.run_on_simulator`), so they print the same everywhere.
+"""
+from __future__ import annotations
+
+import warnings
+
+import torch
+from numba import cuda, float32
+from numba.types import float16
+
+from .. import engines, ptx
+from ..common import run_on_simulator
+from ..ptx import (WMMA_SMEM_ALIGN, cp_async16, cp_async_commit_group,
+                   cp_async_wait_group, f16_to_f32)
+
+__all__ = ["copy_timeline", "column_sums", "column_sums_missing_wait",
+           "column_sums_early_copy", "run_column_sums", "missing_wait_demo",
+           "early_copy_demo"]
+
+ROWS, COLS = 8, 64            # one tile: 8 rows of 64 halves, 64 chunks of 16 bytes
+TILE = ROWS * COLS
+NT = 64                       # threads: thread i copies chunk i, sums column i
+
+
+@cuda.jit
+def copy_timeline(G, out):
+    # one thread, one asynchronous copy: what does shared memory hold before the wait?
+    s = cuda.shared.array(8, float16, alignment=WMMA_SMEM_ALIGN)
+    if cuda.threadIdx.x == 0:
+        for i in range(8):
+            s[i] = -1.0                      # what the buffer held before
+        cp_async16(s, 0, G, 0)               # start copying G[0:8] into s[0:8]
+        cp_async_commit_group()
+        out[0] = s[0]                        # read too early
+        cp_async_wait_group(0)
+        out[1] = s[0]                        # read after the wait
+
+
+@cuda.jit
+def column_sums(G, T, out):
+    # out[c] = sum over the T tiles of G (row-major, T * ROWS x COLS) of column c
+    s = cuda.shared.array(2 * TILE, float16, alignment=WMMA_SMEM_ALIGN)  # two buffers
+    tid = cuda.threadIdx.x
+    acc = float32(0.0)
+    cp_async16(s, tid * 8, G, tid * 8)                 # tile 0 into buffer 0
+    cp_async_commit_group()
+    for t in range(T):
+        cp_async_wait_group(0)                         # tile t has landed (my copies)
+        cuda.syncthreads()                             # ... everyone's; the other buffer
+        if t + 1 < T:                                  #     is read by no one now
+            cp_async16(s, (t + 1) % 2 * TILE + tid * 8, G, (t + 1) * TILE + tid * 8)
+        cp_async_commit_group()
+        for r in range(ROWS):
+            acc += f16_to_f32(s[t % 2 * TILE + r * COLS + tid])
+    cp_async_wait_group(0)
+    out[tid] = acc
+
+
+@cuda.jit
+def column_sums_missing_wait(G, T, out):
+    # BROKEN: column_sums without cp_async_wait_group in the loop
+    s = cuda.shared.array(2 * TILE, float16, alignment=WMMA_SMEM_ALIGN)
+    tid = cuda.threadIdx.x
+    acc = float32(0.0)
+    cp_async16(s, tid * 8, G, tid * 8)
+    cp_async_commit_group()
+    for t in range(T):
+        cuda.syncthreads()                             # orders the threads, not the copies
+        if t + 1 < T:
+            cp_async16(s, (t + 1) % 2 * TILE + tid * 8, G, (t + 1) * TILE + tid * 8)
+        cp_async_commit_group()
+        for r in range(ROWS):
+            acc += f16_to_f32(s[t % 2 * TILE + r * COLS + tid])
+    cp_async_wait_group(0)
+    out[tid] = acc
+
+
+@cuda.jit
+def column_sums_early_copy(G, T, out):
+    # BROKEN: column_sums with the next copy issued before the barrier
+    s = cuda.shared.array(2 * TILE, float16, alignment=WMMA_SMEM_ALIGN)
+    tid = cuda.threadIdx.x
+    acc = float32(0.0)
+    cp_async16(s, tid * 8, G, tid * 8)
+    cp_async_commit_group()
+    for t in range(T):
+        cp_async_wait_group(0)
+        if t + 1 < T:                                  # others may still read tile t - 1
+            cp_async16(s, (t + 1) % 2 * TILE + tid * 8, G, (t + 1) * TILE + tid * 8)
+        cp_async_commit_group()
+        cuda.syncthreads()
+        for r in range(ROWS):
+            acc += f16_to_f32(s[t % 2 * TILE + r * COLS + tid])
+    cp_async_wait_group(0)
+    out[tid] = acc
+
+
+def run_column_sums(name="column_sums", T=16, seed=0):
+    """Run one of the three kernels on T seeded random tiles; returns (correct, the largest
+    error of a column sum, relative to the largest column sum)."""
+    kernel = {"column_sums": column_sums, "column_sums_missing_wait": column_sums_missing_wait,
+              "column_sums_early_copy": column_sums_early_copy}[name]
+    gen = torch.Generator().manual_seed(seed)
+    g = torch.randn(T * ROWS, COLS, generator=gen).half()
+    ref = g.double().sum(0)
+    dev = engines.device()
+    g_dev = g.to(dev).reshape(-1)
+    out = torch.full((COLS,), float("nan"), dtype=torch.float32, device=dev)
+    with warnings.catch_warnings():    # a broken kernel may add stale NaNs (simulator)
+        warnings.simplefilter("ignore", RuntimeWarning)
+        kernel[1, NT, engines.numba_stream()](engines.as_numba(g_dev), T,
+                                              engines.as_numba(out))
+    err = float((out.double().cpu() - ref).abs().max() / ref.abs().max())
+    ok = bool(torch.isfinite(out).all()) and err < 1e-5
+    return ok, (err if err == err else float("inf"))
+
+
+def _missing_wait_here():
+    with ptx.cp_async_landing("wait"):             # every copy lands at its wait
+        g = torch.arange(1, 9, dtype=torch.float16)
+        out = torch.zeros(2, dtype=torch.float16)
+        copy_timeline[1, 32](engines.as_numba(g), engines.as_numba(out))
+        sums = {name: run_column_sums(name)[0] for name in
+                ("column_sums", "column_sums_missing_wait")}
+    return {"before": float(out[0]), "after": float(out[1]), "correct": sums}
+
+
+def missing_wait_demo():
+    """What a kernel that forgets ``cp_async_wait_group`` reads, on the simulator with every
+    copy landing at its wait: ``{"before": ..., "after": ..., "correct": {kernel: bool}}``."""
+    return run_on_simulator("gemm_lessons.labs.k06:_missing_wait_here")
+
+
+def _early_copy_here(seed):
+    found = {}
+    for mode in ("wait", "random"):
+        with ptx.cp_async_landing(mode, seed):
+            found[mode] = {name: run_column_sums(name)[0] for name in
+                           ("column_sums", "column_sums_early_copy")}
+    return found
+
+
+def early_copy_demo(seed=0):
+    """``{landing mode: {kernel: correct}}`` for ``column_sums`` and
+    ``column_sums_early_copy``, on the simulator with copies landing at their wait and at
+    random moments (seeded)."""
+    return run_on_simulator("gemm_lessons.labs.k06:_early_copy_here", seed)

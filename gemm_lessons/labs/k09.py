@@ -1,0 +1,201 @@
+"""Lesson 09's measurements: the output traffic a fused epilogue saves, the fused
+kernels against torch eager and ``torch.compile``, and split-K against no split.
+
+    from gemm_lessons.labs import k09 as lab
+    lab.fusion_bytes(8192, 16384)                 # bytes, unfused vs fused
+    print(lab.bench_epilogue())                    # on a GPU: one run, every baseline
+    lab.bench_split_k(256, 256, 65536)             # {label: ms}
+
+Each benchmark checks what it times against torch first, and times the baselines in the
+same run (ratios, never a lone time). Off the GPU nothing is timed: the result says so.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from .. import api, common, engines, harness
+from ..kernels import k09_fused_epilogue as k09
+from ..kernels import k09_fused_tma as tma
+
+__all__ = ["fusion_bytes", "EpilogueBench", "bench_epilogue", "bench_split_k", "BASELINES",
+           "KERNEL_NAMES"]
+
+
+def fusion_bytes(M, N, dtype=torch.float16, unfused_passes=1):
+    """Global-memory bytes of the element-wise work after a GEMM, unfused vs fused.
+
+    Unfused (torch eager ``gelu(addmm(bias, a, b))``: cuBLAS adds the bias in its own
+    epilogue, then ``gelu`` is a separate kernel): the GEMM writes the (M, N) product, and
+    each of ``unfused_passes`` element-wise kernels reads it and writes it again. Fused: the
+    product is written once, already activated. Returns (unfused, fused, saved) in bytes.
+    """
+    size = M * N * torch.empty((), dtype=dtype).element_size()
+    unfused = size + unfused_passes * 2 * size
+    fused = size
+    return unfused, fused, unfused - fused
+
+
+@dataclass
+class EpilogueBench:
+    """Times (ms, median) of one fused-epilogue problem, all measured in one run: the fused
+    kernels (names starting with "k09") and the baselines."""
+    M: int
+    N: int
+    K: int
+    dtype: torch.dtype
+    activation: str | None
+    ms: dict            # name -> milliseconds (k09 kernels, torch eager, torch.compile, mm)
+    note: str = ""
+    config: str = ""    # k09_fused_epilogue's tile configuration
+    bias: bool = True
+    configs: dict = field(default_factory=dict)   # kernel name -> its configuration
+
+    def tflops(self, name):
+        return 2.0 * self.M * self.N * self.K / (self.ms[name] * 1e-3) / 1e12
+
+    def ratio(self, baseline, name="k09_fused_epilogue"):
+        """Speed of ``name`` relative to ``baseline`` (> 1: faster)."""
+        return self.ms[baseline] / self.ms[name]
+
+    @property
+    def kernels(self):
+        """The fused kernels timed (the other entries of ``ms`` are baselines)."""
+        return [n for n in self.ms if n.startswith("k09")]
+
+    def __str__(self):
+        dt = common.dtype_name(self.dtype)
+        what = " + ".join(["bias"] * self.bias + [str(self.activation)] * bool(self.activation))
+        head = f"GEMM + {what or 'nothing'}, {dt}, M={self.M} N={self.N} K={self.K}"
+        if not self.ms:
+            return f"{head}: not timed ({self.note})"
+        lines = [head + (f" ({self.note})" if self.note else "")]
+        ours = self.kernels
+        for name, ms in self.ms.items():
+            if name in ours:
+                extra = f"   [{self.configs.get(name, '')}]"
+            else:
+                extra = "   " + ", ".join(f"{k} is {self.ratio(name, k):.2f}x this"
+                                          for k in ours)
+            lines.append(f"  {name:<22} {ms:8.3f} ms  {self.tflops(name):6.1f} TFLOP/s{extra}")
+        return "\n".join(lines)
+
+
+def _torch_epilogue(activation):
+    """The same computation in torch: ``act(addmm(bias, a, b))`` (``a @ b`` without a bias)."""
+    import torch.nn.functional as F
+
+    def fn(a, b, bias):
+        y = torch.mm(a, b) if bias is None else torch.addmm(bias, a, b)
+        if activation == "gelu":
+            return F.gelu(y)
+        if activation == "relu":
+            return F.relu(y)
+        if activation == "leaky_relu":
+            return F.leaky_relu(y, k09.LEAKY_SLOPE)
+        return y
+    return fn
+
+
+BASELINES = ("torch eager", "torch.compile", "cuBLAS mm alone")
+KERNEL_NAMES = ("k09_fused_epilogue", "k09_fused_tma")
+
+
+def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gelu", *,
+                   bias=True, baselines=BASELINES, config=None, b_layout="row", seed=0,
+                   kernels=KERNEL_NAMES, tma_config=None):
+    """Time the fused (bias +) activation GEMM and, in the same run, ``baselines``: torch
+    eager (``addmm`` then the activation), ``torch.compile`` of the same function, and
+    cuBLAS's ``mm`` alone (no epilogue at all), after checking that they agree.
+
+    ``kernels``: which fused kernels to time: ``k09_fused_epilogue`` (pointer loads, one
+    program per tile; ``config`` overrides its tiles) and ``k09_fused_tma`` (TMA loads,
+    persistent grid; ``tma_config``, a ``k09_fused_tma.TmaConfig``, overrides its tiles),
+    the latter only on Hopper (sm_90+) and for fp16/bf16; elsewhere it is left out and the
+    result's ``note`` says so. ``b_layout="transposed"`` passes B as ``W.t()`` of an (N, K)
+    weight, as ``nn.Linear`` stores it. On the simulator nothing is timed."""
+    cfg = config or k09.default_config(dtype)
+    res = EpilogueBench(M, N, K, dtype, activation, {}, config=str(cfg), bias=bias)
+    if not engines.on_gpu():
+        res.note = harness.SIMULATOR_NOTE
+        return res
+    gen = torch.Generator().manual_seed(seed)
+    dev = engines.device()
+    # |a @ b| near 1, gelu's curved range: entries of size 1/8 and 1/sqrt(K) * 8
+    a = (torch.randn(M, K, generator=gen) / 8).to(dtype).to(dev)
+    if b_layout == "transposed":
+        b = (torch.randn(N, K, generator=gen) * (8 / K ** 0.5)).to(dtype).to(dev).t()
+    else:
+        b = (torch.randn(K, N, generator=gen) * (8 / K ** 0.5)).to(dtype).to(dev)
+    bias_t = torch.randn(N, generator=gen).to(dtype).to(dev) if bias else None
+    a3, b3 = a.unsqueeze(0), b.unsqueeze(0)
+
+    eager = _torch_epilogue(activation)
+    runs = {}
+    if "k09_fused_epilogue" in kernels:
+        out = torch.empty(1, M, N, dtype=dtype, device=dev)
+        runs["k09_fused_epilogue"] = lambda: k09.fused_gemm(
+            a3, b3, None, out, 1.0, 0.0, bias_t, activation, split_k=1, config=cfg)[0]
+        res.configs["k09_fused_epilogue"] = str(cfg)
+    if "k09_fused_tma" in kernels:
+        if not api.runs_here("k09_fused_tma") or dtype == torch.float32:
+            res.note = "k09_fused_tma not timed: it needs sm_90 and fp16/bf16"
+        elif not tma.will_use_tma(a3, b3):
+            res.note = "k09_fused_tma not timed: TMA cannot address these operands"
+        else:
+            tcfg = tma_config or tma.default_config()
+            out_t = torch.empty(1, M, N, dtype=dtype, device=dev)
+            runs["k09_fused_tma"] = lambda: tma.fused_gemm_tma(
+                a3, b3, None, out_t, 1.0, 0.0, bias_t, activation, config=tcfg)[0]
+            res.configs["k09_fused_tma"] = str(tcfg)
+    if "torch eager" in baselines:
+        runs["torch eager"] = lambda: eager(a, b, bias_t)
+    if "torch.compile" in baselines:
+        compiled = torch.compile(eager)
+        runs["torch.compile"] = lambda: compiled(a, b, bias_t)
+    ref = eager(a, b, bias_t).float()
+    for name, fn in runs.items():          # check before timing
+        err = ((fn().float() - ref).norm() / ref.norm()).item()
+        if not err < 1e-2:
+            raise harness.CheckError(f"{name} disagrees with torch eager: relative error "
+                                     f"{err:.1e}; not timing it")
+    for name, fn in runs.items():
+        res.ms[name] = harness.time_cuda(fn)
+    if "cuBLAS mm alone" in baselines:
+        mm_out = torch.empty(M, N, dtype=dtype, device=dev)
+        res.ms["cuBLAS mm alone"] = harness.time_cuda(lambda: torch.mm(a, b, out=mm_out))
+    return res
+
+
+def bench_split_k(M=256, N=256, K=65536, dtype=torch.float16, *, splits=(1, "auto"),
+                  config=None, seed=0):
+    """Time the same GEMM with several split-K settings (1 = no split, "auto" = the rule,
+    or a number of slices) and cuBLAS, in one run, after checking each. Returns
+    {label: ms}; empty on the simulator."""
+    if not engines.on_gpu():
+        return {}
+    a, b = harness.make_operands(M, N, K, dtype, seed=seed)
+    out = torch.empty(1, M, N, dtype=dtype, device=a.device)
+    ref = harness.reference(a, b)
+    times = {}
+    for s in splits:
+        def run(s=s):
+            return k09.fused_gemm(a.unsqueeze(0), b.unsqueeze(0), None, out, split_k=s,
+                                  config=config)
+        out.fill_(float("nan"))
+        run()
+        ok, rel, _ = harness.compare(out[0], ref, a, b, dtype)
+        if not ok:
+            raise harness.CheckError(f"split_k={s} is wrong: relative error {rel:.1e}")
+        if s == "auto":
+            cfg = config or k09.default_config(dtype)
+            n = k09.split_k_rule(M, N, K, block_m=cfg.BLOCK_SIZE_M, block_n=cfg.BLOCK_SIZE_N,
+                                 block_k=cfg.BLOCK_SIZE_K, sms=common.sm_count(a.device))
+            label = f"split_k=auto ({n})"
+        else:
+            label = f"split_k={s}"
+        times[label] = harness.time_cuda(run)
+    mm_out = torch.empty(M, N, dtype=dtype, device=a.device)
+    times["cuBLAS"] = harness.time_cuda(lambda: torch.mm(a, b, out=mm_out))
+    return times

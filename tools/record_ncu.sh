@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Record the Nsight Compute output that lessons 01, 03 and 05 show, on a GPU host.
+#
+#   bash tools/record_ncu.sh            # from the repository root, with the venv active
+#
+# Each recording is one text file in gemm_lessons/results/recorded/: its first line is the
+# command that produced it (prefixed "$ "), the rest is that command's output. The notebooks
+# print these files as they are; re-execute notebooks 01, 03 and 05 afterwards so that their
+# stored outputs hold the recordings.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+OUT=gemm_lessons/results/recorded
+mkdir -p "$OUT"
+command -v ncu >/dev/null || { echo "ncu (Nsight Compute) is not on the PATH" >&2; exit 1; }
+
+# Runs the registered kernels named on the command line once each, on seeded random n x n
+# operands (n and the dtype first): the process ncu profiles.
+DRIVER='import sys, torch, gemm_lessons as gl
+n, dt = int(sys.argv[1]), getattr(torch, sys.argv[2])
+g = torch.Generator(device="cuda").manual_seed(0)
+a = torch.randn(n, n, device="cuda", generator=g).to(dt)
+b = torch.randn(n, n, device="cuda", generator=g).to(dt)
+for name in sys.argv[3:]:
+    gl.matmul(a, b, kernel=name)
+torch.cuda.synchronize()'
+
+record() {   # record FILE COMMAND...: the command line, then its output, into $OUT/FILE
+    local file="$OUT/$1"; shift
+    local shown="$*"
+    shown="${shown//"$DRIVER"/<driver>}"
+    { echo "\$ $shown"
+      echo "# <driver>: the python -c program in tools/record_ncu.sh (runs each named kernel once)"
+      "$@" 2>&1 | grep -v '^==PROF==' ; } > "$file.tmp"
+    mv "$file.tmp" "$file"
+    echo "wrote $file"
+}
+
+# Lesson 01: what the caches did for the naive and the coalesced kernel at 4096^3
+# (L1 hit rate of global loads, L2 hit rate, sectors requested from L1, bytes read from DRAM)
+record ncu_k01_caches.txt \
+    ncu -k 'regex:naive_kernel|coalesced_kernel' --launch-count 2 \
+        --metrics l1tex__t_sectors_pipe_lsu_mem_global_op_ld.sum,l1tex__t_sector_pipe_lsu_mem_global_op_ld_hit_rate.pct,lts__t_sector_hit_rate.pct,dram__bytes_read.sum,gpu__time_duration.sum \
+        python -c "$DRIVER" 4096 float32 k01_naive k01_coalesced
+
+# Lesson 03: shared-memory bank conflicts of the two column-walk kernels at 1024^3
+record ncu_k03_bank_conflicts.txt \
+    ncu -k 'regex:column_walk' --launch-count 2 \
+        --metrics l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,smsp__inst_executed_op_shared_ld.sum \
+        python -c "$DRIVER" 1024 float32 k03_bank_conflicts k03_padded
+
+# Lesson 05: where the warps of the tensor-core kernel spend their time at 4096^3
+# (stall reasons per issued instruction, achieved occupancy, tensor-pipe and memory use)
+record ncu_k05_wmma_stalls.txt \
+    ncu -k 'regex:wmma_gemm' --launch-count 1 \
+        --section SpeedOfLight --section Occupancy --section WarpStateStats \
+        --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
+        python -c "$DRIVER" 4096 float16 k05_wmma
