@@ -64,18 +64,48 @@ def test_exercises_have_no_outputs_and_are_in_sync():
     for path in (ROOT / "exercises").glob("*.ipynb"):
         for cell in cells(path):
             assert cell["outputs"] == [] and cell["execution_count"] is None
-            assert "### BEGIN SOLUTION" not in src(cell)
+            assert "BEGIN SOLUTION" not in src(cell) and "BEGIN HIDDEN TESTS" not in src(cell)
 
 
-def test_stub_generator_kernel_vs_host():
+@pytest.mark.parametrize("path", sorted((ROOT / "solutions").glob("*.ipynb")), ids=lambda p: p.name)
+def test_solutions_are_nbgrader_sources(path):
+    """Answer cells are nbgrader solution cells under a TODO; every exercise has a locked,
+    graded check with points, which calls a check of gemm_lessons.exercise_checks."""
+    nb = json.loads(path.read_text())
+    graded = [c for c in nb["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("grade")]
+    answers = [c for c in nb["cells"] if c.get("metadata", {}).get("nbgrader", {}).get("solution")]
+    assert len(graded) >= 2 and len(answers) >= len(graded)
+    for c in graded:
+        g = c["metadata"]["nbgrader"]
+        assert g["locked"] and g["points"] > 0 and not g["solution"]
+        assert "checks.ex" in src(c), f"{g['grade_id']}: a check of gemm_lessons.exercise_checks"
+    for c in answers:
+        assert "### BEGIN SOLUTION" in src(c), c["metadata"]["nbgrader"]["grade_id"]
+    ids = [c["metadata"]["nbgrader"]["grade_id"] for c in graded + answers]
+    assert len(ids) == len(set(ids)), "grade_ids must be unique"
     sys.path.insert(0, str(ROOT / "tools"))
-    from make_exercises import stub_source
-    kernel = ("@cuda.jit\ndef k(A):\n    i = 0\n    ### BEGIN SOLUTION: index\n    j = i + 1\n"
-              "    A[j] = 1\n    ### END SOLUTION\n")
-    out, n = stub_source(kernel)
-    assert n == 1 and "# TODO: index (about 2 lines)\n    pass" in out and "A[j]" not in out
-    host = "def f():\n    ### BEGIN SOLUTION: grid\n    return 1\n    ### END SOLUTION\n"
-    out, n = stub_source(host)
-    assert "raise NotImplementedError('grid')" in out
-    with pytest.raises(ValueError, match="without ### END"):
-        stub_source("### BEGIN SOLUTION\nx = 1\n")
+    import make_exercises
+    assert make_exercises.todo_problems(nb, path.name) == []
+
+
+def test_release_stubs_and_todo_counts():
+    sys.path.insert(0, str(ROOT / "tools"))
+    import make_exercises
+    nb = {"cells": [{"cell_type": "code", "execution_count": None, "outputs": [], "source":
+                     "@cuda.jit\ndef k(A):\n    i = 0\n    # TODO (about 2 lines): index\n"
+                     "    ### BEGIN SOLUTION\n    j = i + 1\n    A[j] = 1\n    ### END SOLUTION\n",
+                     "metadata": {"nbgrader": {"grade": False, "grade_id": "a", "locked": False,
+                                               "schema_version": 3, "solution": True,
+                                               "task": False}}}],
+          "metadata": {"kernelspec": {"name": "python3", "language": "python",
+                                      "display_name": "Python 3"}},
+          "nbformat": 4, "nbformat_minor": 5}
+    assert make_exercises.todo_problems(nb) == []
+    out = make_exercises.make_exercise(nb)
+    text = src(out["cells"][0])
+    assert "# TODO (about 2 lines): index\n    # YOUR CODE HERE\n    raise NotImplementedError()" in text
+    assert "A[j]" not in text and out["cells"][0]["metadata"]["tags"] == ["raises-exception"]
+    nb["cells"][0]["source"] = nb["cells"][0]["source"].replace("about 2 lines", "about 5 lines")
+    assert "the solution has 2" in make_exercises.todo_problems(nb)[0]
+    del nb["cells"][0]["metadata"]["nbgrader"]
+    assert any("without nbgrader solution" in p for p in make_exercises.todo_problems(nb))

@@ -1,0 +1,136 @@
+"""Triton interpreter instruments for the exercise checks: poisoned masked-off lanes, and
+which program stored where.
+
+On a GPU the lanes a masked ``tl.load`` skips hold whatever was in the registers: a load
+without ``other=`` gives undefined values there, and a kernel that lets them reach a
+``tl.dot`` is wrong. Triton's interpreter hands back zeros instead, which hides the bug.
+:func:`poison_masked_loads` makes those lanes NaN (for floating-point loads), as undefined
+as on the GPU, so a check sees the mistake::
+
+    with interp_poison.poison_masked_loads():
+        run(a, b, c)          # a load that needs other=0.0 now spreads NaN into C
+
+:func:`record_stores` lists, per program of the grid, the element offsets it stored into a
+given tensor (to check *which* tile a program computed, not only that every tile was
+computed).
+
+Both wrap the interpreter's ``InterpreterBuilder.create_masked_load(ptrs, mask, other,
+...)`` / ``create_masked_store(ptrs, value, mask, ...)`` (``triton.runtime.interpreter``;
+run here with Triton 3.9, whose trailing arguments are the cache policy and volatility;
+earlier 3.x releases pass cache modifier and eviction policy there, which the wrappers hand
+on unchanged). Where the hook is missing (a Triton without it, or a GPU run), the context
+managers do nothing and ``active`` is False: checks then still run, without this extra
+scrutiny.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+
+import numpy as np
+
+__all__ = ["poison_masked_loads", "record_stores", "hook_available"]
+
+_lock = threading.Lock()
+
+
+def _builder_class():
+    """The interpreter's builder class, or None (no interpreter, or no known hook)."""
+    from . import engines
+    if engines.on_gpu():
+        return None
+    try:
+        from triton.runtime import interpreter
+    except Exception:       # pragma: no cover - Triton missing or reorganised
+        return None
+    cls = getattr(interpreter, "InterpreterBuilder", None)
+    if cls is None or not hasattr(cls, "create_masked_load") or not hasattr(cls, "create_masked_store"):
+        return None
+    return cls
+
+
+def hook_available() -> bool:
+    """Can the interpreter be instrumented here (Triton's interpreter, a known version)?"""
+    return _builder_class() is not None
+
+
+class _Flag:
+    def __init__(self, active):
+        self.active = active
+        self.poisoned = 0          # masked-off lanes handed back as NaN
+
+
+@contextlib.contextmanager
+def poison_masked_loads():
+    """Inside the block, masked-off lanes of a floating-point ``tl.load(ptr, mask=...)``
+    without ``other=`` come back as NaN. Yields an object with ``active`` (the hook is in
+    place) and ``poisoned`` (how many lanes were poisoned)."""
+    cls = _builder_class()
+    flag = _Flag(cls is not None)
+    if cls is None:
+        yield flag
+        return
+    from triton.runtime import interpreter
+    real = cls.create_masked_load
+
+    def load(self, ptrs, mask, other, *rest):      # rest: cache policy, volatility...
+        if other is None:
+            dtype_tt = ptrs.get_element_ty()
+            dtype_np = interpreter._get_np_dtype(dtype_tt)
+            if np.issubdtype(dtype_np, np.floating):
+                m = np.asarray(mask.data, dtype=bool)
+                flag.poisoned += int(m.size - np.count_nonzero(m))
+                other = interpreter.TensorHandle(
+                    np.full_like(ptrs.data, np.nan, dtype=dtype_np), dtype_tt)
+        return real(self, ptrs, mask, other, *rest)
+
+    with _lock:
+        cls.create_masked_load = load
+    try:
+        yield flag
+    finally:
+        with _lock:
+            cls.create_masked_load = real
+
+
+class _Stores:
+    def __init__(self, active):
+        self.active = active
+        self.by_program = {}       # (x, y, z) program id -> list of element offsets, in order
+
+    def order(self):
+        """Programs in launch order (x fastest), each with the offsets it stored."""
+        return sorted(self.by_program.items(), key=lambda kv: (kv[0][2], kv[0][1], kv[0][0]))
+
+
+@contextlib.contextmanager
+def record_stores(tensor):
+    """Record, per program, the element offsets (from ``tensor``'s first element, in
+    elements) of every ``tl.store`` lane that writes into ``tensor``'s storage."""
+    cls = _builder_class()
+    rec = _Stores(cls is not None)
+    if cls is None:
+        yield rec
+        return
+    real = cls.create_masked_store
+    base = tensor.data_ptr()
+    size = tensor.element_size()
+    end = base + tensor.untyped_storage().nbytes()
+
+    def store(self, ptrs, value, mask, *rest):
+        addrs = np.asarray(ptrs.data, dtype=np.uint64).ravel()
+        m = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptrs.data)).ravel()
+        hit = m & (addrs >= base) & (addrs < end)
+        if hit.any():
+            pid = tuple(int(v) for v in self.grid_idx)
+            offs = ((addrs[hit] - base) // size).astype(np.int64).tolist()
+            rec.by_program.setdefault(pid, []).extend(offs)
+        return real(self, ptrs, value, mask, *rest)
+
+    with _lock:
+        cls.create_masked_store = store
+    try:
+        yield rec
+    finally:
+        with _lock:
+            cls.create_masked_store = real
