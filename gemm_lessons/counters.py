@@ -43,6 +43,7 @@ __all__ = ["trace", "simulate", "Trace", "Access", "sectors_per_request", "bank_
 SECTOR_BYTES = 32
 N_BANKS = 32
 BANK_BYTES = 4
+_SHARED_LOCK = threading.Lock()   # shared-array allocation in a traced block (see trace)
 
 
 @dataclass(frozen=True)
@@ -212,15 +213,18 @@ def trace(**names):
         # the simulator keys shared arrays by the source line that declares them; keep that
         frame = sys._getframe(1)
         caller = (frame.f_code.co_filename, frame.f_lineno)
-        res = self._allocations.get(caller)
-        if res is None:
-            from numba.np import numpy_support
-            from numba.core import types
-            if isinstance(dtype, types.Type):
-                dtype = numpy_support.as_dtype(dtype)
-            name = f"shared@{frame.f_code.co_name}:{frame.f_lineno}"
-            res = RecordedArray(np.empty(shape, dtype), name, tr)
-            self._allocations[caller] = res
+        # every thread of the block must get the same array: the look-up and the first
+        # allocation happen under one lock (two threads could otherwise both allocate)
+        with _SHARED_LOCK:
+            res = self._allocations.get(caller)
+            if res is None:
+                from numba.np import numpy_support
+                from numba.core import types
+                if isinstance(dtype, types.Type):
+                    dtype = numpy_support.as_dtype(dtype)
+                name = f"shared@{frame.f_code.co_name}:{frame.f_lineno}"
+                res = RecordedArray(np.empty(shape, dtype), name, tr)
+                self._allocations[caller] = res
         return res
 
     W.__getitem__, W.__setitem__ = get, set_

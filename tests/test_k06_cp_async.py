@@ -54,12 +54,21 @@ def test_long_k_rolls_the_stages_correctly(name):
                                          ("k06_multistage", dict(STAGES=2)),
                                          ("k06_cp_async", dict(STAGES=2)),
                                          ("k06_cp_async", dict(STAGES=3, BK=32)),
-                                         ("k06_cp_async", dict(BK=128))])
+                                         ("k06_cp_async", dict(BK=128, STAGES=2))])
 def test_other_depths_and_tile_depths_are_correct(name, change):
     module = MODULES[name]
     cfg = module.kernel_for(change).config
     assert harness.check(_run(module, cfg), f"{name} {change}", (torch.float16,),
                          [LONG_K] + CASES[:1]).ok
+
+
+@pytest.mark.skipif(SIM, reason="the shared-memory limit is the GPU's")
+def test_a_pipeline_larger_than_shared_memory_is_refused_with_a_clear_message():
+    module = MODULES["k06_cp_async"]
+    run = _run(module, module.kernel_for(dict(BK=128)).config)     # 4 x 100 KiB
+    a, b = harness.make_operands(256, 256, 256, torch.float16)
+    with pytest.raises(ValueError, match="bytes of shared memory"):
+        run(a, b, torch.empty(256, 256, dtype=torch.float16, device=a.device))
 
 
 # ------------------------------------------------ the simulator runs the loop the GPU runs

@@ -18,6 +18,7 @@ the launcher and the checks around it. One copy each; every ``k06_*`` module imp
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
+from functools import lru_cache
 
 import numpy as np
 import torch
@@ -119,12 +120,23 @@ def _arg_key(a):
     return type(a)                                     # a scalar
 
 
+@lru_cache(maxsize=None)
+def _smem_optin(index):
+    """The most shared memory one block may ask for on GPU ``index`` (227 KiB on Hopper)."""
+    return torch.cuda.get_device_properties(index).shared_memory_per_block_optin
+
+
 def allow_smem(kernel, args, nbytes):
     """Large pipelines need more than the 48 KiB of shared memory a kernel gets by default:
     raise the kernel's limit (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES), once per
     compiled version (the check costs no typing of the arguments after the first call)."""
     if nbytes <= 48 * 1024 or not engines.on_gpu():
         return
+    limit = _smem_optin(torch.cuda.current_device())
+    if nbytes > limit:
+        raise ValueError(f"this tile configuration needs {nbytes} bytes of shared memory per "
+                         f"block; {engines.engine().device_name} allows {limit}: fewer STAGES "
+                         "or a smaller BM, BN or BK")
     key = (id(kernel), nbytes, tuple(_arg_key(a) for a in args))
     if key in _SMEM_SET:
         return
