@@ -110,3 +110,24 @@ def test_emulated_cp_async_refuses_misaligned_or_out_of_range_copies():
         ptx.cp_async16(s, 0, g[:60], 56)          # elements 56..63 of a 60-element array
     with pytest.raises(ptx.PTXUsageError, match="compile-time constant"):
         ptx.cp_async_wait_group(1.5)
+
+
+COMPILE_LABS = r"""
+import gemm_lessons
+from gemm_lessons.labs import k06
+from numba import cuda
+sig = "void(float16[::1], int64, float32[::1])"
+for f in (k06.column_sums, k06.column_sums_missing_wait, k06.column_sums_early_copy):
+    ptx, _ = cuda.compile_ptx(f.py_func, sig, cc=(9, 0))
+    print(f.py_func.__name__, ptx.count("cp.async.cg.shared.global"))
+"""
+
+
+def test_the_demo_kernels_compile_for_a_gpu(py):
+    # the simulator accepts what a GPU's compiler refuses (a shared array whose size is not
+    # a constant): compile the demos as numba does for a GPU
+    res = py(COMPILE_LABS, env_extra={"GEMM_LESSONS_ENGINE": "compile"})
+    assert res.returncode == 0, res.stderr[-2000:]
+    counts = dict(line.split() for line in res.stdout.splitlines())
+    assert set(counts) == {"column_sums", "column_sums_missing_wait", "column_sums_early_copy"}
+    assert all(int(n) >= 1 for n in counts.values()), counts

@@ -38,6 +38,7 @@ __all__ = ["copy_timeline", "column_sums", "column_sums_missing_wait",
 
 ROWS, COLS = 8, 64            # one tile: 8 rows of 64 halves, 64 chunks of 16 bytes
 TILE = ROWS * COLS
+BUFFERS = 2 * TILE            # two tiles in shared memory (a constant: numba needs one)
 NT = 64                       # threads: thread i copies chunk i, sums column i
 
 
@@ -58,7 +59,7 @@ def copy_timeline(G, out):
 @cuda.jit
 def column_sums(G, T, out):
     # out[c] = sum over the T tiles of G (row-major, T * ROWS x COLS) of column c
-    s = cuda.shared.array(2 * TILE, float16, alignment=WMMA_SMEM_ALIGN)  # two buffers
+    s = cuda.shared.array(BUFFERS, float16, alignment=WMMA_SMEM_ALIGN)  # two buffers
     tid = cuda.threadIdx.x
     acc = float32(0.0)
     cp_async16(s, tid * 8, G, tid * 8)                 # tile 0 into buffer 0
@@ -78,7 +79,7 @@ def column_sums(G, T, out):
 @cuda.jit
 def column_sums_missing_wait(G, T, out):
     # BROKEN: column_sums without cp_async_wait_group in the loop
-    s = cuda.shared.array(2 * TILE, float16, alignment=WMMA_SMEM_ALIGN)
+    s = cuda.shared.array(BUFFERS, float16, alignment=WMMA_SMEM_ALIGN)
     tid = cuda.threadIdx.x
     acc = float32(0.0)
     cp_async16(s, tid * 8, G, tid * 8)
@@ -97,7 +98,7 @@ def column_sums_missing_wait(G, T, out):
 @cuda.jit
 def column_sums_early_copy(G, T, out):
     # BROKEN: column_sums with the next copy issued before the barrier
-    s = cuda.shared.array(2 * TILE, float16, alignment=WMMA_SMEM_ALIGN)
+    s = cuda.shared.array(BUFFERS, float16, alignment=WMMA_SMEM_ALIGN)
     tid = cuda.threadIdx.x
     acc = float32(0.0)
     cp_async16(s, tid * 8, G, tid * 8)
