@@ -19,7 +19,8 @@ from pathlib import Path
 
 from . import engines, registry
 
-__all__ = ["ptx", "ptx_many", "compile_here", "ptxas_report", "find_ptxas"]
+__all__ = ["ptx", "ptx_many", "compile_here", "ptxas_report", "find_ptxas",
+           "find_disassembler", "sass"]
 
 
 def _cc_tuple(cc):
@@ -120,6 +121,42 @@ def ptxas_report(ptx_text, cc=(8, 0), warnings=False):
                            for ln in log.splitlines()
                            if "warning" in ln.lower() or "Performance Loss" in ln]
     return rep
+
+
+def find_disassembler():
+    """A SASS disassembler: ``nvdisasm`` (branch targets as labels), else ``cuobjdump``;
+    from the PATH, else the copies Triton ships; as (path, arguments), or None."""
+    for exe, args in (("nvdisasm", ["-c"]), ("cuobjdump", ["-sass"])):
+        found = shutil.which(exe)
+        if found is None:
+            try:
+                import triton
+                cand = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / exe
+                found = str(cand) if cand.exists() else None
+            except ImportError:
+                found = None
+        if found:
+            return found, args
+    return None
+
+
+def sass(ptx_text, cc=(9, 0)):
+    """The SASS ptxas makes of ``ptx_text`` (for the PTX's own ``.target``, else ``cc``),
+    disassembled: no GPU needed. None where ptxas or a disassembler is missing."""
+    import tempfile
+    ptxas, dis = find_ptxas(), find_disassembler()
+    if ptxas is None or dis is None:
+        return None
+    target = re.search(r"^\.target\s+(sm_\w+)", ptx_text, re.M)
+    cc = _cc_tuple(cc)
+    arch = target.group(1) if target else f"sm_{cc[0]}{cc[1]}"
+    with tempfile.TemporaryDirectory() as d:
+        src, cubin = Path(d) / "k.ptx", Path(d) / "k.cubin"
+        src.write_text(ptx_text)
+        subprocess.run([ptxas, f"-arch={arch}", str(src), "-o", str(cubin)], check=True,
+                       capture_output=True, text=True)
+        return subprocess.run([dis[0], *dis[1], str(cubin)], check=True, capture_output=True,
+                              text=True).stdout
 
 
 if __name__ == "__main__":

@@ -21,14 +21,10 @@ smaller carve-out, which caps it no lower than computed here in practice.
 from __future__ import annotations
 
 import re
-import shutil
-import subprocess
-import tempfile
 from collections import Counter
 from dataclasses import dataclass
-from pathlib import Path
 
-__all__ = ["LIMITS", "Occupancy", "occupancy", "sass", "sass_mix", "find_disassembler"]
+__all__ = ["LIMITS", "Occupancy", "occupancy", "sass", "sass_mix"]
 
 KB = 1024
 # cc: registers/SM, shared bytes/SM (max carve-out), shared bytes/block max, threads/SM,
@@ -107,35 +103,10 @@ def occupancy(regs: int, smem: int, threads: int, cc=(9, 0)) -> Occupancy:
 
 
 # ------------------------------------------------------------------------------------ SASS
-def find_disassembler():
-    """``cuobjdump`` from the PATH, else the copy Triton ships, else None."""
-    exe = shutil.which("cuobjdump")
-    if exe:
-        return exe
-    try:
-        import triton
-        cand = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
-        return str(cand) if cand.exists() else None
-    except ImportError:
-        return None
-
-
 def sass(ptx_text: str, cc=(9, 0)) -> str | None:
-    """The SASS that ptxas makes of ``ptx_text`` (``cuobjdump -sass``), or None where
-    ptxas or cuobjdump is not installed."""
-    from .compiled import find_ptxas
-    ptxas, dis = find_ptxas(), find_disassembler()
-    if ptxas is None or dis is None:
-        return None
-    target = re.search(r"^\.target\s+(sm_\w+)", ptx_text, re.M)
-    arch = target.group(1) if target else f"sm_{cc[0]}{cc[1]}"
-    with tempfile.TemporaryDirectory() as d:
-        src, cubin = Path(d) / "k.ptx", Path(d) / "k.cubin"
-        src.write_text(ptx_text)
-        subprocess.run([ptxas, f"-arch={arch}", str(src), "-o", str(cubin)], check=True,
-                       capture_output=True, text=True)
-        return subprocess.run([dis, "-sass", str(cubin)], check=True, capture_output=True,
-                              text=True).stdout
+    """The SASS that ptxas makes of ``ptx_text`` (see :func:`gemm_lessons.compiled.sass`)."""
+    from .compiled import sass as _sass
+    return _sass(ptx_text, cc)
 
 
 _OPCODE = re.compile(r"^\s+/\*[0-9a-f]{4,}\*/\s+(?:@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)", re.M)

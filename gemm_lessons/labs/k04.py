@@ -12,6 +12,7 @@ import torch
 
 from .. import common, compiled, counters, engines, harness
 from ..common import run_on_simulator
+from ..occupancy import occupancy as occupancy_of
 from ..common import cdiv
 from ..kernels import k04_tiles
 
@@ -68,39 +69,10 @@ def ptx_of(names, cc=(9, 0)):
     return compiled.ptx_many(names, cc)
 
 
-def find_nvdisasm():
-    """nvdisasm from the PATH, else the copy Triton ships, else None."""
-    import shutil
-    from pathlib import Path
-    exe = shutil.which("nvdisasm")
-    if exe:
-        return exe
-    try:
-        import triton
-        cand = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
-        return str(cand) if cand.exists() else None
-    except ImportError:
-        return None
-
-
 def sass(ptx_text):
-    """The SASS ptxas makes of ``ptx_text`` (for the PTX's own target), disassembled with
-    nvdisasm: no GPU needed. None where ptxas or nvdisasm is missing."""
-    import subprocess
-    import tempfile
-    from pathlib import Path
-    from .. import compiled
-    ptxas, nvdisasm = compiled.find_ptxas(), find_nvdisasm()
-    if ptxas is None or nvdisasm is None:
-        return None
-    arch = re.search(r"^\.target\s+(sm_\w+)", ptx_text, re.M).group(1)
-    with tempfile.TemporaryDirectory() as d:
-        src, cubin = Path(d) / "k.ptx", Path(d) / "k.cubin"
-        src.write_text(ptx_text)
-        subprocess.run([ptxas, f"-arch={arch}", str(src), "-o", str(cubin)], check=True,
-                       capture_output=True)
-        return subprocess.run([nvdisasm, "-c", str(cubin)], check=True, capture_output=True,
-                              text=True).stdout
+    """The SASS ptxas makes of ``ptx_text``, disassembled without a GPU (None where the tools
+    are missing): :func:`gemm_lessons.compiled.sass`."""
+    return compiled.sass(ptx_text)
 
 
 _INSTR = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(@!?U?P\w+\s+)?([A-Z][A-Z0-9_.]*)(.*?);")
@@ -130,26 +102,10 @@ def main_loop_mix(sass_text):
     return dict(best)
 
 
-# H200 (compute capability 9.0) per-SM limits, from NVIDIA's CUDA C++ Programming Guide
-# ("Technical Specifications per Compute Capability"; "Compute Capability 9.0", shared
-# memory): 65536 32-bit registers per SM; 255 registers per thread at most; 228 KB of shared
-# memory per SM, 227 KB per block at most, 1 KB reserved per block for the system; 2048
-# resident threads (64 warps); 32 resident blocks. Registers go to warps in units of 256
-# (the allocation granularity of NVIDIA's occupancy calculator).
-H200_LIMITS = dict(registers=65536, reg_unit=256, smem=228 * 1024, smem_block=227 * 1024,
-                   smem_reserved=1024, threads=2048, blocks=32)
-
-
-def occupancy(registers, smem_bytes, threads, limits=H200_LIMITS):
+def occupancy(registers, smem_bytes, threads, cc=(9, 0)):
     """Blocks per SM each resource allows, the resident blocks (the least) and the
-    occupancy (resident warps / 64): what ptxas's report and the block size decide."""
-    warps = -(-threads // 32)
-    per_warp = -(-registers * 32 // limits["reg_unit"]) * limits["reg_unit"]
-    by = {"registers": (limits["registers"] // per_warp) // warps,
-          "shared memory": limits["smem"] // (smem_bytes + limits["smem_reserved"]),
-          "threads": limits["threads"] // threads,
-          "blocks": limits["blocks"]}
-    blocks = min(by.values())
-    limit = min(by, key=by.get)
-    return dict(by=by, blocks=blocks, warps=blocks * warps, limit=limit,
-                occupancy=blocks * warps / (limits["threads"] // 32))
+    occupancy (resident warps / the SM's most): :func:`gemm_lessons.occupancy.occupancy`
+    (the limits and their sources are there), as a dict for the lesson's table."""
+    o = occupancy_of(registers, smem_bytes, threads, cc)
+    return dict(by=o.caps, blocks=o.blocks, warps=o.warps, limit=o.limiter,
+                occupancy=o.fraction)
