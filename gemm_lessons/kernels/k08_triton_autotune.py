@@ -48,7 +48,7 @@ from ..common import cdiv, sm_count
 from . import Kernel
 from .k07_triton_swizzle import DTYPES, matmul_kernel, operands, TileConfig, check_offsets
 
-__all__ = ["CONFIGS", "SMALL_M_CONFIGS", "SMALL_M", "FP32_CONFIGS", "INTERPRETER_CONFIG", "make_config", "autotune",
+__all__ = ["CONFIGS", "FP32_CONFIGS", "INTERPRETER_CONFIG", "make_config", "autotune",
            "matmul_autotuned", "prune", "prune_for_gpu", "programs", "cpu_timer",
            "smem_bytes", "matmul", "chosen_config", "tile_config", "label"]
 
@@ -70,17 +70,6 @@ CONFIGS = [
     make_config(64, 256, 64, num_warps=4, num_stages=4),    # one warpgroup, one wide wgmma
     make_config(128, 64, 64, num_warps=4, num_stages=4),    # small tiles: more programs
     make_config(64, 128, 64, num_warps=4, num_stages=4),    #   for small outputs
-]
-# fp16 / bf16 when M is small (a decoding step: a few rows of tokens against a weight):
-# tiles of 128 rows would be mostly empty and leave most SMs idle. Short, wide-K tiles
-# make enough programs to stream B, the operand that dominates the bytes, from every SM.
-SMALL_M = 128             # these configs are timed for M up to this
-SMALL_M_CONFIGS = [
-    make_config(16, 32, 256, num_warps=4, num_stages=3),
-    make_config(16, 64, 128, num_warps=4, num_stages=4),
-    make_config(16, 128, 128, num_warps=4, num_stages=4),
-    make_config(32, 64, 128, num_warps=4, num_stages=4),
-    make_config(64, 64, 128, num_warps=4, num_stages=4),
 ]
 # fp32 with IEEE products (FMA units): smaller tiles, 32 deep
 FP32_CONFIGS = [
@@ -109,14 +98,11 @@ def programs(config, M, N):
 
 def prune_for_gpu(configs, dtype, M, N, sms=None):
     """The configs worth timing for ``dtype`` operands and an M x N output: the list for
-    the dtype (tensor cores, plus the small-M tiles when M is small; or fp32), those that fit in shared memory, and of those the ones
+    the dtype (tensor cores, or fp32), those that fit in shared memory, and of those the ones
     that keep at least half the multiprocessors busy, or else the one(s) with the most
     programs."""
     sms = sm_count() if sms is None else sms
-    if dtype == torch.float32:
-        wanted = FP32_CONFIGS
-    else:
-        wanted = CONFIGS + (SMALL_M_CONFIGS if M <= SMALL_M else [])
+    wanted = FP32_CONFIGS if dtype == torch.float32 else CONFIGS
     fit = [c for c in configs if c in wanted and smem_bytes(c, dtype) <= SMEM_LIMIT]
     busy = [c for c in fit if 2 * programs(c, M, N) >= sms]
     if busy:
@@ -151,7 +137,7 @@ def cpu_timer(fn, quantiles=None, reps=3):
 def autotune(kernel=matmul_kernel, configs=None, do_bench=None, prune_configs=prune):
     """Wrap ``kernel`` (lesson 07's) in ``triton.autotune``, keyed on M, N and K."""
     return triton.autotune(
-        configs=CONFIGS + SMALL_M_CONFIGS + FP32_CONFIGS if configs is None else configs,
+        configs=CONFIGS + FP32_CONFIGS if configs is None else configs,
         key=["M", "N", "K"],              # re-tune when a dimension changes (dtypes too)
         prune_configs_by=None if prune_configs is None else {"early_config_prune": prune_configs},
         do_bench=do_bench,                # None: Triton's GPU timer
@@ -208,5 +194,5 @@ KERNELS = [
     Kernel("k08_triton_autotune", 8, "triton", DTYPES,
            "lesson 07's kernel under @triton.autotune: 9 tile configs (3 for fp32) timed per shape",
            launch=matmul, source=autotune, min_cc=(8, 0),
-           configs={"gpu": CONFIGS + SMALL_M_CONFIGS + FP32_CONFIGS, "simulator": INTERPRETER_CONFIG}),
+           configs={"gpu": CONFIGS + FP32_CONFIGS, "simulator": INTERPRETER_CONFIG}),
 ]
