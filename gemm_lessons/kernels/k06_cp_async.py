@@ -18,7 +18,6 @@ The pipeline, the copy plan, the edges (zero-filled copies, K walked from its ra
 """
 from functools import lru_cache
 
-import torch
 from numba import cuda, float32, int16, int32
 from numba.types import float16
 
@@ -27,7 +26,7 @@ from ..ptx import (FRAG_AB, FRAG_C, WMMA_SMEM_ALIGN, cp_async16_zfill,
                    cp_async_commit_group, cp_async_wait_group, wmma_load_a, wmma_load_b,
                    wmma_mma, wmma_store_d)
 from . import FP16_BF16, Kernel
-from .tc_common import PipelineConfig, engine_config, grouped_block, launch, ptx_hook
+from .tc_common import PipelineConfig, grouped_block, launchers, ptx_hook
 
 PAD = 8          # elements of padding per shared row: 16 bytes, keeps ldmatrix conflict-free
 GPU_CONFIG = PipelineConfig(BM=128, BN=256, BK=64, WM=64, WN=64, STAGES=4)   # 204 KiB
@@ -215,17 +214,8 @@ def make_kernel(cfg, bf16=False):
 
 
 # ------------------------------------------------------------------------------ launchers
-def kernel_for(config=None, bf16=False):
-    """The kernel object :func:`run` launches for ``config`` (overrides of this engine's
-    configuration): the same cached object, so its compiled overloads can be read."""
-    return make_kernel(engine_config(GPU_CONFIG, SIM_CONFIG, config), bf16)
-
-
-def run(a, b, c, out, alpha=1.0, beta=0.0, config=None):
-    """``out = alpha * a @ b + beta * c``; ``c`` may be None when ``beta == 0``."""
-    cfg = engine_config(GPU_CONFIG, SIM_CONFIG, config)
-    kernel = make_kernel(cfg, a.dtype == torch.bfloat16)
-    launch(kernel, a, b, c, out, alpha, beta, cfg.BM, cfg.BN)
+# kernel_for(config, bf16), run(a, b, c, out, alpha, beta, config), and the gl.gemm hook
+kernel_for, run, blas_gemm = launchers(make_kernel, GPU_CONFIG, SIM_CONFIG)
 
 
 def cp_async(a, b, c):
@@ -234,10 +224,6 @@ def cp_async(a, b, c):
     strides."""
     run(a, b, None, c)
 
-
-def blas_gemm(a3, b3, c3, out, alpha, beta, bias, activation):
-    """gl.gemm hook: ``out = alpha * a @ b + beta * c`` (3-D views with one batch)."""
-    run(a3[0], b3[0], None if c3 is None else c3[0], out[0], alpha, beta)
 
 
 KERNELS = [

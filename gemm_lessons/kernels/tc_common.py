@@ -27,7 +27,7 @@ from numba import cuda
 from .. import engines
 from ..common import cdiv
 
-__all__ = ["PipelineConfig", "engine_config", "grouped_block", "rows16", "allow_smem",
+__all__ = ["PipelineConfig", "engine_config", "grouped_block", "rows16", "allow_smem", "launchers",
            "check_bf16", "launch", "ptx_hook"]
 
 
@@ -184,3 +184,27 @@ def ptx_hook(make, config):
                 f"void({dt}[::1], {dt}[::1], {dt}[:, :], {dt}[:, ::1], int64, int64, int64, "
                 f"int64, int64, float32, float32)")
     return hook
+
+
+def launchers(make_kernel, gpu, sim):
+    """The three launchers every WMMA rung of lesson 06 has, for its ``make_kernel`` and its
+    GPU and simulator configurations:
+
+    * ``kernel_for(config=None, bf16=False)``: the kernel object ``run`` launches for
+      ``config`` (overrides of this engine's configuration), the same cached object, so its
+      compiled overloads can be read;
+    * ``run(a, b, c, out, alpha=1.0, beta=0.0, config=None)``: ``out = alpha * a @ b +
+      beta * c`` (``c`` may be None when ``beta == 0``);
+    * ``blas_gemm``: the ``gl.gemm`` hook (3-D views with one batch)."""
+    def kernel_for(config=None, bf16=False):
+        return make_kernel(engine_config(gpu, sim, config), bf16)
+
+    def run(a, b, c, out, alpha=1.0, beta=0.0, config=None):
+        cfg = engine_config(gpu, sim, config)
+        kernel = make_kernel(cfg, a.dtype == torch.bfloat16)
+        launch(kernel, a, b, c, out, alpha, beta, cfg.BM, cfg.BN)
+
+    def blas_gemm(a3, b3, c3, out, alpha, beta, bias, activation):
+        run(a3[0], b3[0], None if c3 is None else c3[0], out[0], alpha, beta)
+
+    return kernel_for, run, blas_gemm
