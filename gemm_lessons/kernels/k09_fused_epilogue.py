@@ -3,14 +3,8 @@
 ``out = activation(alpha * A @ B + beta * C + bias)`` in one Triton kernel. The K loop is
 the tiled, grouped-order GEMM of lessons 07-08; everything after it happens while the tile
 is still in registers (the *epilogue*), so the product never makes a round trip through
-global memory between the GEMM and the element-wise work:
-
-    acc = A_tile @ B_tile, summed over K        # fp32, in registers
-    acc = alpha * acc                           # (1) scale
-    acc += beta * C_tile      if beta != 0      # (2) BLAS: beta == 0 never reads C
-    acc += bias[None, :]      if bias           # (3) one value per column, shape (N,)
-    acc = act(acc)                              # (4) relu / exact gelu / leaky_relu(0.01)
-    out_tile = acc.to(out dtype)                # one store
+global memory between the GEMM and the element-wise work (the epilogue itself, and the
+second pass of split-K, are in :mod:`k09_epilogue`).
 
 BLAS semantics are decided on the host and baked in as compile-time flags (``HAS_C``), so
 ``beta == 0`` never loads C (NaN in C cannot leak) and ``alpha == 0`` never launches the
@@ -27,10 +21,9 @@ Split-K (``k09_split_k``, and automatically through :func:`split_k_rule`): when 
 has too few tiles to fill the GPU but K is long (M = N = 256, K = 65536 gives 4 tiles for
 132 SMs), the K loop is cut into S slices that run on different SMs. Each slice writes its
 fp32 partial sum to a workspace (S, batch, M, N); a second kernel adds the S partials in a
-fixed order (deterministic, unlike atomics) and only then applies the epilogue. What is
-legal before the sum is complete: alpha (linear) could be applied per slice; beta * C and
-bias must be added exactly once; the activation is non-linear (gelu(x) + gelu(y) is not
-gelu(x + y)), so it must wait for the full sum.
+fixed order (deterministic, unlike atomics) and only then applies the epilogue: alpha is
+linear and could be applied per slice, but beta * C and the bias must be added once, and
+the activation is non-linear (gelu(x) + gelu(y) is not gelu(x + y)).
 """
 from __future__ import annotations
 
@@ -44,55 +37,20 @@ from ..common import NOMINAL_SMS, cdiv, simulated, sm_count
 from ..engines import on_gpu
 from . import Kernel
 from .k07_triton_swizzle import grouped_pid
+from .k09_epilogue import (ACTIVATION_CODES, LEAKY_SLOPE, apply_activation, epilogue,
+                           splitk_epilogue_kernel)
 
 __all__ = ["fused_gemm_kernel", "splitk_epilogue_kernel", "epilogue", "Config",
            "default_config", "split_k_rule", "blas_reads", "fused_gemm", "gemm_auto",
-           "gemm_split", "ACTIVATION_CODES", "LEAKY_SLOPE"]
+           "gemm_split", "ACTIVATION_CODES", "LEAKY_SLOPE", "apply_activation"]
 
 DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "leaky_relu": 3}
-LEAKY_SLOPE = 0.01                      # torch.nn.functional.leaky_relu's default
 MIN_K_ITERS_PER_SPLIT = 8               # a K slice keeps at least 8 BLOCK_SIZE_K steps
 MAX_SPLIT_K = 64
 MAX_GRID_YZ = 65535                     # CUDA's limit on grid axes 1 and 2
 
 
 # ----------------------------------------------------------------------------- kernels
-@triton.jit
-def _activation(x, ACTIVATION: tl.constexpr):
-    """The activation on an fp32 tile, as torch computes it (NaN stays NaN)."""
-    if ACTIVATION == 1:    # relu
-        x = tl.where(x < 0, 0.0, x)
-    elif ACTIVATION == 2:  # gelu, exact (torch's default): x * Phi(x) = x/2 * (1 + erf(x/sqrt 2))
-        x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
-    elif ACTIVATION == 3:  # leaky_relu, slope 0.01
-        x = tl.where(x < 0, x * 0.01, x)
-    return x
-
-
-@triton.jit
-def epilogue(acc, offs_m, offs_n, pid_b, M, N,
-              c_ptr, stride_cb, stride_cm, stride_cn,
-              bias_ptr, stride_bias,
-              out_ptr, stride_ob, stride_om, stride_on,
-              alpha, beta,
-              HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
-    """out = act(alpha * acc + beta * C + bias) on one (BLOCK_SIZE_M, BLOCK_SIZE_N) tile."""
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    rows = offs_m[:, None].to(tl.int64)                    # 64-bit: outputs over 2**31 elements
-    acc = acc * alpha                                      # (1)
-    if HAS_C:                                              # (2) beta == 0: C is never loaded
-        c_ptrs = c_ptr + pid_b * stride_cb + rows * stride_cm + offs_n[None, :] * stride_cn
-        c = tl.load(c_ptrs, mask=mask, other=0.0)
-        acc += beta * c.to(tl.float32)
-    if HAS_BIAS:                                           # (3) bias: (N,), one per column
-        bias = tl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0)
-        acc += bias.to(tl.float32)[None, :]
-    acc = _activation(acc, ACTIVATION)                     # (4)
-    out_ptrs = out_ptr + pid_b * stride_ob + rows * stride_om + offs_n[None, :] * stride_on
-    tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
-
-
 @triton.jit
 def fused_gemm_kernel(
         # pointers
@@ -176,41 +134,6 @@ def fused_gemm_kernel(
                  c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
                  out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
                  HAS_C, HAS_BIAS, ACTIVATION)
-
-
-@triton.jit
-def splitk_epilogue_kernel(
-        # pointers: ws holds SPLIT_K fp32 partial sums, (SPLIT_K, batch, M, N) contiguous
-        ws_ptr, c_ptr, bias_ptr, out_ptr,
-        # dimensions; SPLIT_K == 0 means alpha == 0: no partials, A and B were never read
-        M, N, SPLIT_K,
-        # strides
-        stride_ws, stride_wb, stride_wm,
-        stride_cb, stride_cm, stride_cn,
-        stride_bias,
-        stride_ob, stride_om, stride_on,
-        # BLAS scalars
-        alpha, beta,
-        # meta-parameters
-        HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
-        BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr):
-    """Second pass of split-K: sum the slices in a fixed order, then the epilogue, once."""
-    pid_m = tl.program_id(0)
-    pid_n = tl.program_id(1)
-    pid_b = tl.program_id(2).to(tl.int64)
-    offs_m = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-    offs_n = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
-    ws_ptrs = (ws_ptr + pid_b * stride_wb + offs_m[:, None].to(tl.int64) * stride_wm
-               + offs_n[None, :])
-    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-    for s in range(0, SPLIT_K):
-        acc += tl.load(ws_ptrs, mask=mask, other=0.0)
-        ws_ptrs += stride_ws
-    epilogue(acc, offs_m, offs_n, pid_b, M, N,
-             c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
-             out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
-             HAS_C, HAS_BIAS, ACTIVATION)
 
 
 # ------------------------------------------------------------------------ configuration
