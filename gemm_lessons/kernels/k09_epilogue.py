@@ -54,7 +54,7 @@ def epilogue(acc, offs_m, offs_n, pid_b, M, N,
     if HAS_BIAS:                                           # (3) bias: (N,), one per column
         bias = tl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0)
         acc += bias.to(tl.float32)[None, :]
-    acc = apply_activation(acc, ACTIVATION)                     # (4)
+    acc = apply_activation(acc, ACTIVATION)               # (4)
     out_ptrs = out_ptr + pid_b * stride_ob + rows * stride_om + offs_n[None, :] * stride_on
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 
