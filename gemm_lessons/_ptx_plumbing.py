@@ -42,19 +42,23 @@ def set_doc(fn, doc):
     return fn
 
 
-class RecordedArray:
-    """A shared-memory array that records each access in a ``counters.trace()`` (numpy
-    semantics otherwise). Defined here so that the emulations see through it."""
+class WatchedArray:
+    """A numpy array behind a hook: every element access calls ``self.access(idx, store)``
+    first, everything else is the array's. The simulator's instruments (``counters.trace``,
+    the exercises' barrier audit) hand these out in place of shared arrays."""
 
-    def __init__(self, arr, name, tr):
-        self._arr, self._name, self._tr = arr, name, tr
+    def __init__(self, arr, name):
+        self._arr, self._name = arr, name
+
+    def access(self, idx, store):
+        raise NotImplementedError
 
     def __getitem__(self, idx):
-        self._tr.record("shared", self._name, "load", 0, self._arr, idx)
+        self.access(idx, False)
         return self._arr[idx]
 
     def __setitem__(self, idx, val):
-        self._tr.record("shared", self._name, "store", 0, self._arr, idx)
+        self.access(idx, True)
         self._arr[idx] = val
 
     def __getattr__(self, name):
@@ -65,6 +69,18 @@ class RecordedArray:
 
     def __array__(self, *args, **kwargs):
         return np.asarray(self._arr, *args, **kwargs)
+
+
+class RecordedArray(WatchedArray):
+    """A shared-memory array that records each access in a ``counters.trace()`` (numpy
+    semantics otherwise). Defined here so that the emulations see through it."""
+
+    def __init__(self, arr, name, tr):
+        super().__init__(arr, name)
+        self._tr = tr
+
+    def access(self, idx, store):
+        self._tr.record("shared", self._name, "store" if store else "load", 0, self._arr, idx)
 
     def record_wide(self, op, idx, nbytes):
         """Record ONE ``nbytes``-wide access of this lane (``idx`` indexes the array viewed

@@ -43,6 +43,7 @@ from collections import defaultdict
 import torch
 
 from . import engines, harness
+from ._ptx_plumbing import WatchedArray
 
 __all__ = ["ExerciseError", "time_limit", "barrier_audit", "pipeline_audit", "check_product",
            "HINTS"]
@@ -181,28 +182,15 @@ def _me():
     return tuple(getattr(th, "blockIdx", (0, 0, 0))), getattr(th, "thread_id", 0), _Epochs.of(th)
 
 
-class _Watched:
+class _Watched(WatchedArray):
     """A shared array whose element accesses are checked for races between barriers."""
 
     def __init__(self, arr, name, audit):
-        self._arr, self._name, self._audit = arr, name, audit
+        super().__init__(arr, name)
+        self._audit = audit
 
-    def __getitem__(self, idx):
-        self._audit._access(self, idx, False)
-        return self._arr[idx]
-
-    def __setitem__(self, idx, val):
-        self._audit._access(self, idx, True)
-        self._arr[idx] = val
-
-    def __getattr__(self, name):
-        return getattr(self._arr, name)
-
-    def __len__(self):
-        return len(self._arr)
-
-    def __array__(self, *args, **kwargs):
-        return self._arr.__array__(*args, **kwargs)
+    def access(self, idx, store):
+        self._audit._access(self, idx, store)
 
 
 class _BarrierAudit:
