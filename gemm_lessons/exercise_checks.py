@@ -480,9 +480,6 @@ def _small_suite(names=("square", "ragged", "M=1", "K=1", "A transposed")):
 
 
 # ------------------------------------------------------------------ lesson 01
-_ref01 = {}
-
-
 def _numba_globals():
     """Bind ``cuda`` and ``float32`` as globals of this module (imported late, after the
     engine is chosen): the simulator swaps a kernel's global ``cuda`` for its fake module,
@@ -494,21 +491,10 @@ def _numba_globals():
 
 
 def _ref_k01():
-    """One thread per element, consecutive threadIdx.x on consecutive columns."""
-    if "k" not in _ref01:
-        _numba_globals()
-
-        @cuda.jit
-        def ref_coalesced(A, B, C):
-            col = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
-            row = cuda.blockIdx.y * cuda.blockDim.y + cuda.threadIdx.y
-            if row < C.shape[0] and col < C.shape[1]:
-                acc = float32(0.0)
-                for k in range(A.shape[1]):
-                    acc += A[row, k] * B[k, col]
-                C[row, col] = acc
-        _ref01["k"] = ref_coalesced
-    return _ref01["k"]
+    """One thread per element, consecutive threadIdx.x on consecutive columns: lesson 01's
+    coalesced kernel, as the package registers it."""
+    from .kernels.k01_naive import coalesced_kernel
+    return coalesced_kernel
 
 
 def ex01_kernel(kernel):
