@@ -1031,25 +1031,173 @@ def ex08_grid(launcher):
     return f"{report}; every tile written, whichever config won"
 
 
+# The most shared memory one program may use, by compute capability (bytes; the CUDA C++
+# Programming Guide's "maximum amount of shared memory per thread block").
+_SMEM_LIMIT08 = {(8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 9): 99 * 1024, (9, 0): 227 * 1024}
+
+
+def _stage_buffers08(num_stages, capability):
+    """Buffers (one tile of A and one of B each) Triton allocates for ``num_stages`` >= 2
+    when tl.dot runs on the tensor cores (fp16, bf16, fp32 as TF32): one per stage on Hopper,
+    where wgmma reads shared memory while the next copies are issued; one fewer on Ampere and
+    Ada, where mma.sync reads registers (lesson 07 reads both from the compiler's IR; Triton
+    3.9's compiler gives the same counts for fp32 as TF32, and num_stages - 1 on sm_90 too
+    for fp32 with input_precision="ieee", which runs on the FMA units)."""
+    return num_stages if tuple(capability) >= (9, 0) else num_stages - 1
+
+
 def ex08_prune(prune):
-    """Lesson 08, exercise 3: prune the configs whose pipeline does not fit."""
+    """Lesson 08, exercise 3: prune the configs whose stage buffers do not fit, for the GPU
+    architecture given as ``capability`` (the buffer count and the limit both depend on it)."""
     from .kernels import k08_triton_autotune as k08
     configs = [k08.make_config(128, 256, 64, 8, 3), k08.make_config(128, 256, 64, 8, 4),
                k08.make_config(128, 256, 64, 8, 5), k08.make_config(256, 256, 64, 8, 4),
                k08.make_config(128, 128, 128, 8, 3), k08.make_config(64, 64, 32, 4, 6),
-               k08.make_config(128, 64, 32, 4, 2)]
-    for dtype in (torch.float16, torch.float32, torch.int8):
-        size = torch.empty(0, dtype=dtype).element_size()
-        want = [k08.label(c) for c in configs
-                if c.num_stages * (c.kwargs["BLOCK_SIZE_M"] + c.kwargs["BLOCK_SIZE_N"])
-                * c.kwargs["BLOCK_SIZE_K"] * size <= k08.SMEM_LIMIT]
+               k08.make_config(128, 64, 32, 4, 2), k08.make_config(128, 128, 64, 4, 4)]
+
+    def tile(c):
+        kw = c.kwargs
+        return (kw["BLOCK_SIZE_M"] + kw["BLOCK_SIZE_N"]) * kw["BLOCK_SIZE_K"]
+
+    def kept(cc, size, buffers=_stage_buffers08, limit=None):
+        limit = _SMEM_LIMIT08[cc] if limit is None else limit
+        return [k08.label(c) for c in configs if buffers(c.num_stages, cc) * tile(c) * size <= limit]
+
+    cases = [(cc, dtype) for cc in ((9, 0), (8, 0), (8, 6))
+             for dtype in (torch.float16, torch.float32)]
+    sizes = {dtype: torch.empty(0, dtype=dtype).element_size() for _, dtype in cases}
+    got = {}
+    for cc, dtype in cases:
         with _answer("my_prune", seconds=10):
-            got = [k08.label(c) for c in prune(list(configs), {"a_ptr": torch.empty(1, dtype=dtype)})]
-        if got != want:
-            raise ExerciseError(f"{str(dtype).replace('torch.', '')}: kept {got}, expected {want}: "
-                                "per stage (BLOCK_SIZE_M + BLOCK_SIZE_N) x BLOCK_SIZE_K elements, "
-                                "times num_stages, at most k08.SMEM_LIMIT bytes")
-    return "my_prune: num_stages x (A tile + B tile) checked in fp16, fp32 and int8"
+            got[cc, dtype] = [k08.label(c) for c in prune(
+                list(configs), {"a_ptr": torch.empty(1, dtype=dtype)}, capability=cc)]
+    wrong = [(cc, dtype) for cc, dtype in cases if got[cc, dtype] != kept(cc, sizes[dtype])]
+    if wrong:
+        # which typical mistake explains every answer?
+        models = [
+            (lambda cc, size: kept(cc, size, buffers=lambda n, c: n),
+             "on Ampere and Ada (sm_80, sm_86, sm_89) Triton allocates num_stages - 1 buffers "
+             "(mma.sync takes its operands from registers, so the stage being computed needs "
+             "no buffer of its own); num_stages buffers is Hopper's count"),
+            (lambda cc, size: kept(cc, size, buffers=lambda n, c: n - 1),
+             "on Hopper (sm_90) each of the num_stages stages has its own buffer: wgmma reads "
+             "its operands from shared memory while the next copies are issued"),
+            (lambda cc, size: kept(cc, size, buffers=lambda n, c: 1),
+             "num_stages: the stage buffers are counted as one"),
+        ]
+        models += [(lambda cc, size, s=s: kept(cc, s),
+                    "the element size: bytes = elements x named_args['a_ptr'].dtype.itemsize")
+                   for s in (1, 2, 4)]
+        models += [(lambda cc, size, lim=lim: kept(cc, size, limit=lim),
+                    "the limit: SMEM_LIMIT[capability] depends on the GPU, the limit of another "
+                    "GPU was used") for lim in sorted(set(_SMEM_LIMIT08.values()))]
+        cause = next((why for model, why in models
+                      if all(got[k] == model(k[0], sizes[k[1]]) for k in cases)),
+                     "buffers x (BLOCK_SIZE_M + BLOCK_SIZE_N) x BLOCK_SIZE_K x element size, at "
+                     "most SMEM_LIMIT[capability] bytes (<=), with num_stages buffers on sm_90 and "
+                     "num_stages - 1 on sm_80, sm_86, sm_89")
+        cc, dtype = wrong[0]
+        raise ExerciseError(f"sm_{cc[0]}{cc[1]}, {str(dtype).replace('torch.', '')}: kept "
+                            f"{got[cc, dtype]}, expected {kept(cc, sizes[dtype])}. Likely cause: "
+                            f"{cause}")
+    with _answer("my_prune", seconds=10):
+        got = [k08.label(c) for c in prune(list(configs), {"a_ptr": torch.empty(1, dtype=torch.float16)})]
+    if got != kept((9, 0), 2):
+        raise ExerciseError(f"without a capability: kept {got}, expected {kept((9, 0), 2)} (the "
+                            "default capability is (9, 0), an H100/H200)")
+    return "my_prune: stage buffers counted for sm_90, sm_80 and sm_86, in fp16 and fp32 (TF32)"
+
+
+def _tma_cases08():
+    """(what, tensor, can a descriptor read it in place) on the engine's device."""
+    gen = torch.Generator().manual_seed(8)
+    dev = engines.device()
+
+    def r(*shape, dtype=torch.float16):
+        return torch.randn(*shape, generator=gen).to(dtype).to(dev)
+    f32 = torch.float32
+    return [
+        ("a contiguous fp16 40 x 64", r(40, 64), True),
+        ("a contiguous fp16 40 x 24 (rows of 48 bytes)", r(40, 24), True),
+        ("a contiguous fp32 40 x 4 (rows of 16 bytes)", r(40, 4, dtype=f32), True),
+        ("columns 0..22 of an fp16 40 x 64 (23 columns, rows 128 bytes apart)", r(40, 64)[:, :23], True),
+        ("rows 8.. of an fp32 48 x 20 (rows 80 bytes apart, the first at byte 640)",
+         r(48, 20, dtype=f32)[8:], True),
+        ("a contiguous fp16 40 x 23 (rows of 46 bytes)", r(40, 23), False),
+        ("a contiguous fp32 40 x 5 (rows of 20 bytes)", r(40, 5, dtype=f32), False),
+        ("a transposed fp16 view, 64 x 40 .t() (strides (1, 40))", r(64, 40).t(), False),
+        ("every second column of an fp16 40 x 64 (strides (64, 2))", r(40, 64)[:, ::2], False),
+        ("the slice [1:, 1:] of an fp16 41 x 72 (its first element 146 bytes past the "
+         "buffer's aligned start)", r(41, 72)[1:, 1:], False),
+    ]
+
+
+def ex08_tma(tma_operand):
+    """Lesson 08, exercise 4: an operand a TMA descriptor can read: in place when its last
+    stride is 1 and its row stride and base are multiples of 16 bytes, else a copy with rows
+    padded to 16 bytes, viewed with the true shape. Then the persistent TMA kernel runs on
+    the answer's operands."""
+    import triton
+    from .kernels import k08_triton_tma as k08t
+    for what, t, ready in _tma_cases08():
+        size = t.element_size()
+        with _answer("tma_operand", seconds=10):
+            got = tma_operand(t)
+        if not isinstance(got, torch.Tensor):
+            raise ExerciseError(f"{what}: tma_operand returned {type(got).__name__}, not a tensor")
+        if ready:
+            if got.data_ptr() != t.data_ptr() or got.stride() != t.stride() or got.shape != t.shape:
+                raise ExerciseError(
+                    f"{what}: a descriptor can read it in place (last stride 1, rows "
+                    f"{t.stride(0) * size} bytes apart, base 16-byte aligned), but tma_operand "
+                    "copied it: use it in place, no copy (this is the case that is timed). Likely "
+                    "cause: the test counts elements instead of bytes (stride(0) x "
+                    "element_size()), or looks at the shape instead of the row stride")
+            continue
+        if tuple(got.shape) != tuple(t.shape):
+            raise ExerciseError(f"{what}: returned shape {tuple(got.shape)}, not {tuple(t.shape)}: "
+                                "return the padded buffer as a view with the true shape "
+                                "(buf[:, :cols]): the descriptor keeps the true shape, so the "
+                                "padding is never read")
+        if got.dtype != t.dtype:
+            raise ExerciseError(f"{what}: returned {got.dtype}, not {t.dtype}")
+        if got.stride(1) != 1:
+            raise ExerciseError(f"{what}: the result's last stride is {got.stride(1)}: a descriptor "
+                                "needs the last stride 1 (a transposed view must be copied)")
+        if got.data_ptr() % 16:
+            raise ExerciseError(f"{what}: the result's first element is at an address "
+                                f"{got.data_ptr() % 16} bytes past a multiple of 16: a descriptor "
+                                "needs a 16-byte-aligned base address (check t.data_ptr() % 16)")
+        if got.stride(0) * size % 16:
+            raise ExerciseError(f"{what}: the result's rows are {got.stride(0) * size} bytes apart: "
+                                "a descriptor needs a multiple of 16 bytes; pad each row "
+                                f"({16 // size} elements of {size} bytes are 16 bytes)")
+        if not torch.equal(got, t):
+            raise ExerciseError(f"{what}: the result holds other values: copy t into the padded "
+                                "view (view.copy_(t))")
+    # the persistent TMA kernel of the lesson on the answer's operands: ragged K, B transposed
+    gen = torch.Generator().manual_seed(9)
+    dev = engines.device()
+    a = torch.randn(40, 23, generator=gen).half().to(dev)
+    b = torch.randn(29, 23, generator=gen).half().to(dev).t()
+    c = torch.full((40, 29), float("nan"), dtype=torch.float16, device=dev)
+    cfg = k08t.SIM_CONFIG
+    with _answer("tma_operand"):
+        a2, b2 = tma_operand(a), tma_operand(b)
+        out = k08t.tma_view(c, copy=False)
+        a_desc, b_desc, c_desc = k08t.descriptors(a2, b2, out, cfg)
+        tiles = triton.cdiv(40, cfg.BM) * triton.cdiv(29, cfg.BN)
+        k08t.tma_persistent_kernel[(min(k08t.SIM_SMS, tiles),)](
+            a_desc, b_desc, c_desc, 40, 29, 23, BLOCK_SIZE_M=cfg.BM, BLOCK_SIZE_N=cfg.BN,
+            BLOCK_SIZE_K=cfg.BK, GROUP_SIZE_M=k08t.GROUP_SIZE_M, NUM_SMS=k08t.SIM_SMS,
+            INPUT_PRECISION="tf32", num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+        c.copy_(out)
+    ok, _, _ = harness.compare(c, harness.reference(a, b), a, b, torch.float16)
+    if not ok:
+        raise ExerciseError("the TMA kernel on your operands (A 40 x 23, B transposed) gives a "
+                            "wrong product: the copies must hold t's values, viewed with t's shape")
+    return ("tma_operand: 5 operands read in place, 5 copied into rows padded to 16 bytes; the "
+            "persistent TMA kernel right on them")
 
 
 # ------------------------------------------------------------------ lesson 09
@@ -1177,7 +1325,7 @@ def ex09_splitk(kernel):
                                 "the tile is never stored")
         if bool(out.isnan().any()):
             raise ExerciseError(f"S={S}: NaN in the output: a load outside the workspace or "
-                                "the bias ({HINTS['mask']}, or other=0.0)")
+                                f"the bias ({HINTS['mask']}, or other=0.0)")
         if S > 1:
             per_slice = F.gelu(ws.double() + bias.double()).sum(0)
             if _close(out, per_slice):
@@ -1195,3 +1343,128 @@ def ex09_splitk(kernel):
     if cancel_error:
         raise ExerciseError(cancel_error)
     return "split-K reduction: slices summed in fp32 first, then bias and gelu once"
+
+
+def _partial_launch09(kernel, a, b, k_per_split):
+    """Launch a first pass of split-K: grid (tiles of M, tiles of N, slices), 16 x 16 x 16
+    tiles; the workspace (S, M, N) fp32 starts as NaN."""
+    M, K = a.shape
+    N = b.shape[1]
+    S = _cdiv(K, k_per_split)
+    ws = torch.full((S, M, N), float("nan"), dtype=torch.float32, device=a.device)
+    kernel[(_cdiv(M, 16), _cdiv(N, 16), S)](
+        a, b, ws, M, N, K, k_per_split, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+        ws.stride(0), ws.stride(1), BLOCK_M=16, BLOCK_N=16, BLOCK_K=16)
+    return ws
+
+
+def _slices09(a, b, K, k_per_split, bounds=None):
+    """float64 partial sums of a @ b over K[s * k_per_split : ...]; ``bounds(lo, hi)`` may
+    move each slice's columns (models of typical mistakes)."""
+    S = _cdiv(K, k_per_split)
+    out = []
+    for s in range(S):
+        lo, hi = s * k_per_split, min(K, (s + 1) * k_per_split)
+        lo, hi = (lo, hi) if bounds is None else bounds(lo, hi)
+        out.append(a[:, lo:hi].double() @ b[lo:hi].double())
+    return torch.stack(out)
+
+
+def ex09_splitk_partial(kernel):
+    """Lesson 09, exercise 4: the first pass of split-K. Program (pid_m, pid_n, pid_k) sums
+    its tile over K[pid_k * K_PER_SPLIT : (pid_k + 1) * K_PER_SPLIT] (the last slice is
+    shorter) in fp32 and stores the partial in ws[pid_k]. A and B are views into larger
+    buffers, so a read past K finds numbers, not zeros; masked-off lanes of a load without
+    other= come back NaN in Triton's interpreter, as undefined as on a GPU."""
+    from . import interp_poison
+    gen = torch.Generator().manual_seed(3)
+    M, N, K = 37, 29, 200
+    big_a, big_b = _rand(gen, 48, 256), _rand(gen, 256, 48)
+    a, b = big_a[:M, :K], big_b[:K, :N]
+    for kps in (64, 80, 208):
+        S = _cdiv(K, kps)
+        want = _slices09(a, b, K, kps)
+        with interp_poison.poison_masked_loads() as poison, _answer("my_splitk_partial"):
+            ws = _partial_launch09(kernel, a, b, kps)
+        where = f"K = {K}, K_PER_SPLIT = {kps} ({S} slices, the last {K - (S - 1) * kps} long)"
+        nan = ws.isnan().flatten(1)
+        if bool(nan.all()):
+            raise ExerciseError(f"{where}: nothing was written (all NaN): {HINTS['todo']}, or "
+                                "the partial is never stored")
+        if bool(nan.any()) and poison.poisoned:
+            bad = [s for s in range(S) if bool(nan[s].any())]
+            raise ExerciseError(
+                f"{where}: NaN in slices {bad}. Likely cause: {HINTS['other']}: the lanes the "
+                "K mask switches off are undefined on a GPU (NaN here) and reach tl.dot; give "
+                "both loads other=0.0")
+        unwritten = [s for s in range(S) if bool(nan[s].all())]
+        if unwritten:
+            if unwritten == list(range(1, S)):
+                raise ExerciseError(f"{where}: only ws[0] was written: each program stores its "
+                                    "partial in its own slice of the workspace, at ws_ptr + "
+                                    "pid_k * stride_ws")
+            raise ExerciseError(f"{where}: slices {unwritten} of the workspace were never "
+                                "written: store at ws_ptr + pid_k * stride_ws")
+        if bool(nan.any()):
+            bad = [s for s in range(S) if bool(nan[s].any())]
+            raise ExerciseError(f"{where}: NaN in slices {bad}: a load outside A or B "
+                                f"({HINTS['mask']})")
+        good = [_close(ws[s], want[s]) for s in range(S)]
+        if all(good):
+            continue
+        rel = max(((ws[s].double() - want[s]).abs() / (want[s].abs() + 1)).max().item()
+                  for s in range(S))
+        if rel < 3e-2:
+            raise ExerciseError(f"{where}: errors of the size of fp16 rounding (up to {rel:.2g} "
+                                f"of a value). Likely cause: {HINTS['accumulator']}: accumulate "
+                                "in fp32 (tl.zeros(..., dtype=tl.float32)) and store the fp32 "
+                                "partial as it is")
+        whole = a.double() @ b.double()
+        if S > 1 and all(_close(ws[s], whole) for s in range(S)):
+            raise ExerciseError(f"{where}: every slice holds the whole product A @ B: a program "
+                                "sums only its own slice of K, K[pid_k * K_PER_SPLIT : "
+                                "(pid_k + 1) * K_PER_SPLIT]")
+        first = _slices09(a, b, K, kps, bounds=lambda lo, hi: (0, hi - lo))
+        if S > 1 and all(_close(ws[s], first[s]) for s in range(S)):
+            raise ExerciseError(f"{where}: every slice holds a partial sum over the first "
+                                "columns of A: the pointers must start at the slice's first k, "
+                                "k_start = pid_k * K_PER_SPLIT")
+        if all(good[:-1]):
+            lo = (S - 1) * kps
+            over = _slices09(big_a[:M], big_b[:, :N], K, kps,
+                             bounds=lambda lo, hi: (lo, lo + _cdiv(hi - lo, 16) * 16))
+            short = _slices09(a, b, K, kps, bounds=lambda lo, hi: (lo, lo + (hi - lo) // 16 * 16))
+            if _close(ws[-1], over[-1]):
+                raise ExerciseError(
+                    f"{where}: the last slice, K[{lo}:{K}], read past K. Likely cause: "
+                    f"{HINTS['mask']} on the K tail: mask against what is left of this slice "
+                    "(k_len - k * BLOCK_K, with k_len = min(K - k_start, K_PER_SPLIT)), not "
+                    "against K or K_PER_SPLIT")
+            if _close(ws[-1], short[-1]):
+                raise ExerciseError(
+                    f"{where}: the last slice, K[{lo}:{K}], left out its K tail: an off-by-one "
+                    "in the K tail: the loop takes cdiv(k_len, BLOCK_K) steps, the last one "
+                    "masked")
+            raise ExerciseError(f"{where}: the last, shorter slice K[{lo}:{K}] is wrong: the "
+                                f"K tail ({HINTS['mask']} against what is left of the slice)")
+        s = good.index(False)
+        err = (ws[s].double() - want[s]).abs().max().item()
+        raise ExerciseError(f"{where}: slice {s} is wrong (largest error {err:.3g}). Likely "
+                            "cause: the slice's bounds (k_start = pid_k * K_PER_SPLIT, k_len = "
+                            "min(K - k_start, K_PER_SPLIT)) or the K masks")
+    # partial sums near 1024 that cancel inside a slice: right in fp32, not in fp16
+    K = 128
+    a, b = big_a[:M, :K].clone(), big_b[:K, :N].clone()
+    for k0 in (0, 64):
+        a[:, k0], b[k0], a[:, k0 + 16], b[k0 + 16] = 32.0, 32.0, 32.0, -32.0
+    with interp_poison.poison_masked_loads(), _answer("my_splitk_partial"):
+        ws = _partial_launch09(kernel, a, b, 64)
+    want = _slices09(a, b, K, 64)
+    if not all(_close(ws[s], want[s]) for s in range(2)):
+        err = (ws.double() - want).abs().max().item()
+        raise ExerciseError(f"K = 128, two slices whose partial sums pass 1024 and come back: "
+                            f"largest error {err:.3g}. Likely cause: {HINTS['accumulator']}: "
+                            "accumulate in fp32 (tl.zeros(..., dtype=tl.float32)); fp16 steps "
+                            "by 1.0 near 1024")
+    return ("my_splitk_partial: 3 splits of K = 200 (short last slices, reads past K would find "
+            "numbers), each program its own slice, fp32 partials")
