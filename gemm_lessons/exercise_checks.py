@@ -1000,6 +1000,10 @@ def ex08_tuned(tuned):
     if tiles != [(16, 16, 16), (16, 32, 32), (32, 16, 16)]:
         raise ExerciseError(f"{len(configs)} configs with tiles {tiles}: give the three configs "
                             "asked for, 16 x 16 x 16, 32 x 16 x 16 and 16 x 32 x 32")
+    if getattr(tuned, "_do_bench", "unknown") is None:
+        raise ExerciseError("no do_bench given: Triton's own benchmark times configs on a GPU "
+                            "driver, which Triton's interpreter does not have; give "
+                            "do_bench=k08.cpu_timer")
     report = check_product(lambda a, b, c: k08.matmul(a, b, c, kernel=tuned), "my_tuned",
                            (torch.float16,), _small_suite(_CASES08), seconds=120)
     timed = len(getattr(tuned, "configs_timings", None) or {})
