@@ -1065,7 +1065,8 @@ def ex08_prune(prune):
 
     def kept(cc, size, buffers=_stage_buffers08, limit=None):
         limit = _SMEM_LIMIT08[cc] if limit is None else limit
-        return [k08.label(c) for c in configs if buffers(c.num_stages, cc) * tile(c) * size <= limit]
+        return [k08.label(c) for c in configs
+                if buffers(c.num_stages, cc) * tile(c) * size <= limit]
 
     cases = [(cc, dtype) for cc in ((9, 0), (8, 0), (8, 6))
              for dtype in (torch.float16, torch.float32)]
@@ -1105,7 +1106,8 @@ def ex08_prune(prune):
                             f"{got[cc, dtype]}, expected {kept(cc, sizes[dtype])}. Likely cause: "
                             f"{cause}")
     with _answer("my_prune", seconds=10):
-        got = [k08.label(c) for c in prune(list(configs), {"a_ptr": torch.empty(1, dtype=torch.float16)})]
+        fp16 = {"a_ptr": torch.empty(1, dtype=torch.float16)}
+        got = [k08.label(c) for c in prune(list(configs), fp16)]
     if got != kept((9, 0), 2):
         raise ExerciseError(f"without a capability: kept {got}, expected {kept((9, 0), 2)} (the "
                             "default capability is (9, 0), an H100/H200)")
@@ -1124,7 +1126,8 @@ def _tma_cases08():
         ("a contiguous fp16 40 x 64", r(40, 64), True),
         ("a contiguous fp16 40 x 24 (rows of 48 bytes)", r(40, 24), True),
         ("a contiguous fp32 40 x 4 (rows of 16 bytes)", r(40, 4, dtype=f32), True),
-        ("columns 0..22 of an fp16 40 x 64 (23 columns, rows 128 bytes apart)", r(40, 64)[:, :23], True),
+        ("columns 0..22 of an fp16 40 x 64 (23 columns, rows 128 bytes apart)",
+         r(40, 64)[:, :23], True),
         ("rows 8.. of an fp32 48 x 20 (rows 80 bytes apart, the first at byte 640)",
          r(48, 20, dtype=f32)[8:], True),
         ("a contiguous fp16 40 x 23 (rows of 46 bytes)", r(40, 23), False),
@@ -1166,15 +1169,16 @@ def ex08_tma(tma_operand):
         if got.dtype != t.dtype:
             raise ExerciseError(f"{what}: returned {got.dtype}, not {t.dtype}")
         if got.stride(1) != 1:
-            raise ExerciseError(f"{what}: the result's last stride is {got.stride(1)}: a descriptor "
-                                "needs the last stride 1 (a transposed view must be copied)")
+            raise ExerciseError(f"{what}: the result's last stride is {got.stride(1)}: a "
+                                "descriptor needs the last stride 1 (a transposed view must be "
+                                "copied)")
         if got.data_ptr() % 16:
             raise ExerciseError(f"{what}: the result's first element is at an address "
                                 f"{got.data_ptr() % 16} bytes past a multiple of 16: a descriptor "
                                 "needs a 16-byte-aligned base address (check t.data_ptr() % 16)")
         if got.stride(0) * size % 16:
-            raise ExerciseError(f"{what}: the result's rows are {got.stride(0) * size} bytes apart: "
-                                "a descriptor needs a multiple of 16 bytes; pad each row "
+            raise ExerciseError(f"{what}: the result's rows are {got.stride(0) * size} bytes "
+                                "apart: a descriptor needs a multiple of 16 bytes; pad each row "
                                 f"({16 // size} elements of {size} bytes are 16 bytes)")
         if not torch.equal(got, t):
             raise ExerciseError(f"{what}: the result holds other values: copy t into the padded "
