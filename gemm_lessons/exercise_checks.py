@@ -904,11 +904,19 @@ def ex05_warp_tile(run, FM, FN):
             ("square", "ragged", "M=1", "K=1", "A transposed")))
     except ExerciseError as e:
         text = str(e)
-        if "\nLikely cause:" in text and "TODO" not in text:
+        if "\nLikely cause:" in text and "TODO" not in text and HINTS["zero"] not in text:
             text = text.split("\nLikely cause:")[0] + (
                 "\nLikely cause: the fragment offsets: fragment i of A starts at row i * 16, "
                 "column kk of sA; fragment j of B at row kk, column j * 16 of sB; the product "
-                "(i, j) pairs rA[i] with rB[j] into acc[i, j]")
+                "(i, j) pairs rA[i] with rB[j] into acc[i, j]. Or a layout: sA and sB are "
+                "row-major, so every load and the product name \"row\" (a \"col\" multiplies "
+                "by the transposed tile)")
+        elif "wmma_load" in text and "is outside the shared array" in text:
+            which = "wmma_load_a" if "wmma_load_a" in text else "wmma_load_b"
+            text = (f"my_wmma: {which} reads a 16x16 tile that starts outside sA or sB "
+                    f"({_short(text.split('IndexError: ')[-1], 200)}): the fragment offsets: "
+                    "fragment i of A starts at row i * 16, column kk of sA; fragment j of B "
+                    "at row kk, column j * 16 of sB")
         raise ExerciseError(text) from None
     calls, lock, real = [0], threading.Lock(), ptx.wmma_mma
 
@@ -1121,7 +1129,7 @@ def ex05_tiles(run, BM, BN, BK):
                 cause = ("the copy itself (no edge in this shape): element (r, c) of A's tile "
                          "is A[bm + r, k0 + c], stored at sA[r, c]; the tile is BK wide "
                          "(LDA only spaces its rows) and B's is BN wide")
-            elif "never written" in text:
+            elif "still NaN" in text:         # read from shared memory never written
                 cause = ("a missing zero fill: some elements of a tile past the edge of A or B "
                          "are never written, and the tensor core multiplies what shared memory "
                          "held (NaN here, anything on a GPU; 0 x NaN is NaN). Write 0 to every "
