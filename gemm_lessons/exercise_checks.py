@@ -895,6 +895,163 @@ def ex04_warp_owner(owner):
             "configurations; every fragment load conflict-free")
 
 
+_k04_double = {}
+
+
+def k04_double_helpers(BM, BN, BK, TM, TN):
+    """(load_regs, store_regs, outer_buf, GA, GB) for exercise 5's double-buffered kernel
+    (the strided register tile of exercises 1 and 2, NT = (BM/TM) x (BN/TN) threads):
+    ``load_regs(A, B, gA, gB, m0, n0, k0, t)`` brings thread t's share of the tiles at k0
+    from global memory into registers gA (GA values) and gB (GB values), zeros outside A
+    and B; ``store_regs(sA, sB, buf, gA, gB, t)`` puts them into shared buffer ``buf``
+    (``sA[buf, m, k]``, ``sB[buf, k, n]``); ``outer_buf(sA, sB, buf, rA, rB, acc, k, tm,
+    tn)`` adds one k's outer product from buffer ``buf``."""
+    key = (BM, BN, BK, TM, TN)
+    if key not in _k04_double:
+        _numba_globals()
+        TROWS, TCOLS = BM // TM, BN // TN
+        NT = TROWS * TCOLS
+        GA, GB = -(-BM * BK // NT), -(-BK * BN // NT)
+
+        @cuda.jit(device=True)
+        def load_regs(A, B, gA, gB, m0, n0, k0, t):
+            M, K = A.shape
+            N = B.shape[1]
+            for i in range(GA):
+                e = t + i * NT
+                r, c = e // BK, e % BK
+                gA[i] = A[m0 + r, k0 + c] if e < BM * BK and m0 + r < M and k0 + c < K else 0.0
+            for i in range(GB):
+                e = t + i * NT
+                r, c = e // BN, e % BN
+                gB[i] = B[k0 + r, n0 + c] if e < BK * BN and k0 + r < K and n0 + c < N else 0.0
+
+        @cuda.jit(device=True)
+        def store_regs(sA, sB, buf, gA, gB, t):
+            for i in range(GA):
+                e = t + i * NT
+                if e < BM * BK:
+                    sA[buf, e // BK, e % BK] = gA[i]
+            for i in range(GB):
+                e = t + i * NT
+                if e < BK * BN:
+                    sB[buf, e // BN, e % BN] = gB[i]
+
+        @cuda.jit(device=True)
+        def outer_buf(sA, sB, buf, rA, rB, acc, k, tm, tn):
+            for i in range(TM):
+                rA[i] = sA[buf, tm + i * TROWS, k]
+            for j in range(TN):
+                rB[j] = sB[buf, k, tn + j * TCOLS]
+            for i in range(TM):
+                for j in range(TN):
+                    acc[i, j] += rA[i] * rB[j]
+
+        _k04_double[key] = (load_regs, store_regs, outer_buf, GA, GB)
+    return _k04_double[key]
+
+
+def _buffer_log(audit):
+    """Watch, thread by thread, which of the two buffers (the first index of a 3-D shared
+    array) it reads and writes between two barriers; the first misuse becomes
+    ``audit.problem`` (which :func:`check_product` reports ahead of everything else)."""
+    real = audit._access
+    last = {}                   # (block, thread, barriers passed, array, buffer) -> 'r' / 'w'
+    written = set()             # (block, array, buffer) stored into at least once
+    lock = threading.Lock()
+    audit.problem = None
+
+    def logged(arr, idx, write):
+        if isinstance(idx, tuple) and len(idx) == 3 and audit.problem is None:
+            try:
+                buf = int(idx[0])
+            except TypeError:
+                buf = None
+            if buf is not None:
+                blk, tid, ep = _me()
+                name = arr._name
+                where = f"{name}[{buf}, ...] (buffer {buf})"
+                with lock:
+                    key = (blk, tid, ep, name, buf)
+                    before = last.get(key)
+                    if write:
+                        written.add((blk, name, buf))
+                        if before == "r":
+                            audit.problem = (
+                                f"thread {tid} of block {blk[:2]} stores into {where} after "
+                                "reading it since the last barrier: other threads may still "
+                                "be multiplying the previous tile from it. With one barrier per "
+                                "tile, consecutive tiles must alternate between the two buffers "
+                                "(tile kt in buffer kt % 2)")
+                    else:
+                        if (blk, name, buf) not in written:
+                            audit.problem = (
+                                f"thread {tid} of block {blk[:2]} reads {where} before any tile "
+                                "was stored into it: multiply tile kt from the buffer it was "
+                                "stored into (kt % 2)")
+                        elif before == "w":
+                            audit.problem = (
+                                f"{HINTS['barrier']}: thread {tid} of block {blk[:2]} reads "
+                                f"{where} right after storing its share of the tile into it, "
+                                "with no barrier between: the other threads' shares may not be "
+                                "there yet. The barrier goes between store_regs and the "
+                                "multiply-adds")
+                    last[key] = "w" if write else "r"
+        real(arr, idx, write)
+
+    audit._access = logged
+    return audit
+
+
+def ex04_double(run, BM, BN, BK):
+    """Lesson 04, exercise 5: two shared buffers and one barrier per tile. The product on
+    ragged shapes; every buffer access audited (a buffer refilled while it may still be
+    read, read before its barrier, read before it was filled); exactly one barrier per
+    tile; and the next tile's global loads issued before this tile's multiply-adds."""
+    from . import counters
+    cases = _small_suite(("square", "ragged", "K=1", "M=1"))
+    with barrier_audit() as audit:
+        _buffer_log(audit)
+        try:
+            report = check_product(run, "my_double", cases=cases, audit=audit)
+        except ExerciseError as e:
+            text = str(e)
+            if ("\nLikely cause:" in text and not audit.problem and not audit.race
+                    and "TODO" not in text and "never written" not in text):
+                text = text.split("\nLikely cause:")[0] + (
+                    "\nLikely cause: which tile goes where: tile kt is stored into buffer "
+                    "kt % 2 and multiplied from it, while the registers receive tile kt + 1 "
+                    "(k0 = (kt + 1) * BK)")
+            raise ExerciseError(text) from None
+    tiles = 3
+    with barrier_audit() as audit:
+        a, b = harness.make_operands(BM, BN, tiles * BK)
+        with _answer("my_double"):
+            run(a, b, torch.empty(BM, BN))
+    passed = sorted(set(audit.epochs.final.values()))
+    if passed != [tiles]:
+        raise ExerciseError(
+            f"the threads passed {', '.join(map(str, passed))} barriers for {tiles} tiles: two "
+            "buffers need exactly one per tile (after store_regs: the buffer refilled next was "
+            "last read before the previous tile's barrier)")
+    a, b = harness.make_operands(BM, BN, 2 * BK)
+    c = torch.empty(BM, BN)
+    with counters.trace(A=a, B=b, C=c) as tr:
+        run(a, b, c)
+    mine = [x for x in tr.accesses if x.block[:2] == (0, 0) and x.warp == 0 and x.lane == 0]
+    next_tile = next((n for n, x in enumerate(mine) if x.space == "global" and x.array == "A"
+                      and x.op == "load" and (x.addr // 4) % (2 * BK) >= BK), None)
+    first_math = next((n for n, x in enumerate(mine) if x.space == "shared" and x.op == "load"),
+                      None)
+    if next_tile is None or first_math is None or next_tile > first_math:
+        raise ExerciseError(
+            "the next tile's global loads start after this tile's multiply-adds: call "
+            "load_regs for tile kt + 1 right after the barrier, before the math, so that the "
+            "loads are in flight while the FMAs run (the point of the second buffer)")
+    return (f"{report}; one barrier per tile, the next tile's loads in flight during the "
+            "math, no buffer race")
+
+
 # ------------------------------------------------------------------ lesson 05
 def ex05_warp_tile(run, FM, FN):
     """Lesson 05, exercise 1: the warp's tensor-core step."""
