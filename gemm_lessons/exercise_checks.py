@@ -1311,6 +1311,57 @@ def ex05_tiles(run, BM, BN, BK):
             "starting as NaN; each element of a tile copied once per k-step")
 
 
+def _tile_work(BM, BN, BK, WM, WN):
+    warps = (BM // WM) * (BN // WN)
+    FM, FN, steps = WM // 16, WN // 16, BK // 16
+    loads = (FM + FN) * steps
+    return dict(warps=warps, loads=loads, mmas=FM * FN * steps,
+                smem_bytes=warps * loads * 16 * 16 * 2)
+
+
+def ex05_tile_work(tile_work):
+    """Lesson 05, exercise 5: the tensor-core work of one block tile per BK step (warps,
+    fragment loads and wmma_mma per warp, bytes the fragment loads read from shared
+    memory), for many tile configurations."""
+    configs = [(128, 128, 32, 64, 32), (128, 128, 32, 32, 64), (64, 64, 16, 32, 32),
+               (128, 256, 32, 64, 64), (256, 128, 64, 64, 64), (32, 32, 16, 16, 16),
+               (64, 128, 16, 64, 32), (128, 64, 48, 32, 32)]
+    why = {
+        "warps": "one warp per WM x WN warp tile: (BM / WM) x (BN / WN)",
+        "loads": "per 16-deep slice a warp loads each of its WM / 16 A fragments and WN / 16 "
+                 "B fragments once, and reuses them for every product: (WM/16 + WN/16) x "
+                 "BK/16",
+        "mmas": "one wmma_mma per 16 x 16 fragment of the warp tile per 16-deep slice: "
+                "WM/16 x WN/16 x BK/16",
+        "smem_bytes": "each warp reads its own fragments from shared memory, 16 x 16 fp16 "
+                      "(512 bytes) per load: warps x loads x 512, more than the tiles hold "
+                      "when several warps read the same rows of A or columns of B",
+    }
+    for cfg in configs:
+        want = _tile_work(*cfg)
+        with _answer("tile_work", seconds=5):
+            got = tile_work(*cfg)
+        if not isinstance(got, dict) or set(got) != set(want):
+            raise ExerciseError(f"tile_work{cfg} = {got!r}: return a dict with the keys "
+                                f"{', '.join(want)}")
+        for key in want:
+            if got[key] != want[key]:
+                more = ""
+                if key == "mmas" and got[key] == want[key] // (cfg[2] // 16) and cfg[2] > 16:
+                    more = f" (one per 16-deep slice: BK = {cfg[2]} is {cfg[2] // 16} slices)"
+                if key == "loads" and got[key] == 2 * want["mmas"]:
+                    more = " (two loads per product: each fragment is loaded once and reused)"
+                raise ExerciseError(f"tile_work(BM={cfg[0]}, BN={cfg[1]}, BK={cfg[2]}, "
+                                    f"WM={cfg[3]}, WN={cfg[4]})[{key!r}] = {got[key]!r}, "
+                                    f"expected {want[key]}{more}: {why[key]}")
+    g = _tile_work(128, 128, 32, 64, 32)
+    tile_bytes = (128 * 32 + 32 * 128) * 2
+    return (f"tile_work: right on {len(configs)} configurations; lesson 05's GPU tile "
+            f"(128 x 128 x 32, warps of 64 x 32): {g['warps']} warps, {g['loads']} loads and "
+            f"{g['mmas']} wmma_mma per warp per step, {g['smem_bytes']} bytes of fragment "
+            f"loads from {tile_bytes} bytes of tiles")
+
+
 # ------------------------------------------------------------------ lesson 06
 def _landing_modes():
     """The cp.async landing modes to run the pipeline under: the default (at the wait) and,
