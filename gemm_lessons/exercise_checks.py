@@ -739,6 +739,319 @@ def ex04_store(run_2d_store):
         raise _layout_hint(e) from None
 
 
+def _reg_budget_truth(threads, blocks):
+    """The most registers per thread (0..255) that let ``blocks`` blocks of ``threads``
+    reside on one 9.0 SM, by :func:`gemm_lessons.occupancy.occupancy`; None if none do."""
+    from .occupancy import MAX_REGS, occupancy
+    for regs in range(MAX_REGS, 0, -1):
+        try:
+            if occupancy(regs, 0, threads, (9, 0)).caps["registers"] >= blocks:
+                return regs
+        except ValueError:          # not even one block fits
+            pass
+    return None
+
+
+def ex04_reg_budget(reg_budget):
+    """Lesson 04, exercise 3: the register budget of a thread for a number of resident
+    blocks (what ``launch_bounds`` hands ptxas), checked against gemm_lessons.occupancy."""
+    from .occupancy import REG_UNIT, occupancy
+    cases = [(t, b) for t in (32, 64, 96, 100, 128, 200, 256, 384, 512, 1024)
+             for b in (1, 2, 3, 4, 5, 6, 8) if -(-t // 32) * b <= 64]
+    for threads, blocks in cases:
+        want = _reg_budget_truth(threads, blocks)
+        with _answer("reg_budget", seconds=5):
+            got = reg_budget(threads, blocks)
+        if got == want:
+            continue
+        head = f"reg_budget({threads}, {blocks}) = {got!r}, expected {want}"
+        warps = -(-threads // 32)
+        if not isinstance(got, int) or isinstance(got, bool):
+            raise ExerciseError(f"{head}: return an int, a number of registers per thread")
+        if got > 255:
+            raise ExerciseError(f"{head}: a thread can address at most 255 registers, however "
+                                "many the SM has")
+        if got > want:
+            per_warp = -(-got * 32 // REG_UNIT) * REG_UNIT
+            fit = 65536 // (per_warp * warps)
+            why = ("registers are given to a warp in units of 256: "
+                   f"{got} x 32 = {got * 32} becomes {per_warp}, and {blocks} blocks of "
+                   f"{warps} warps need {blocks * warps * per_warp} of the 65536"
+                   if got * 32 % REG_UNIT else
+                   f"{blocks} blocks of {warps} warps x {got * 32} registers need "
+                   f"{blocks * warps * got * 32} of the 65536")
+            if threads % 32:
+                why += (f" (a block of {threads} threads occupies {warps} whole warps: the "
+                        "registers of the idle lanes are allocated too)")
+            raise ExerciseError(f"{head}: too many, only {fit} block(s) fit: {why}")
+        raise ExerciseError(f"{head}: not the largest: {want} registers still let {blocks} "
+                            f"block(s) of {threads} threads reside "
+                            f"({occupancy(want, 0, threads, (9, 0))})")
+    per = ", ".join(f"{b} block{'s' if b > 1 else ''} {_reg_budget_truth(256, b)}"
+                    for b in (1, 2, 3, 4))
+    return (f"reg_budget: right on {len(cases)} launches; 256 threads: {per} registers "
+            "per thread")
+
+
+_WARP_CONFIGS = [dict(BM=128, BN=64, WM=64, WN=32, TM=8, TN=8),
+                 dict(BM=64, BN=128, WM=32, WN=64, TM=8, TN=8),
+                 dict(BM=128, BN=128, WM=64, WN=64, TM=8, TN=16),
+                 dict(BM=64, BN=64, WM=16, WN=32, TM=4, TN=4)]
+
+
+def _float4_passes(words):
+    """(passes, fewest) of one warp request of 128-bit loads starting at ``words``."""
+    banks = defaultdict(set)
+    for w0 in words:
+        for q in range(4):
+            banks[(w0 + q) % 32].add(w0 + q)
+    distinct = len({w0 + q for w0 in words for q in range(4)})
+    return max(len(s) for s in banks.values()), -(-distinct // 32)
+
+
+def ex04_warp_owner(owner):
+    """Lesson 04, exercise 4: the warp-tiled map from (thread, i, j) to an element of the
+    block tile. Any map is accepted that (1) gives every element of the block tile to
+    exactly one (thread, i, j), (2) gives each warp one WM x WN tile, (3) keeps
+    acc[4g..4g+3, j] and acc[i, 4h..4h+3] on 4 consecutive rows / columns starting at a
+    multiple of 4 (one float4 each), and (4) lets a warp's float4 fragment loads of one k
+    run without a bank conflict."""
+    for cfg in _WARP_CONFIGS:
+        BM, BN, WM, WN, TM, TN = (cfg[x] for x in ("BM", "BN", "WM", "WN", "TM", "TN"))
+        NT = (BM // WM) * (BN // WN) * 32
+        where = (f"BM={BM}, BN={BN}, WM={WM}, WN={WN}, TM={TM}, TN={TN} "
+                 f"({NT // 32} warps, lanes {WM // TM} x {WN // TN})")
+        got = {}
+        with _answer("owner", seconds=10):
+            for t in range(NT):
+                for i in range(TM):
+                    for j in range(TN):
+                        got[t, i, j] = owner(t, i, j, BM, BN, WM, WN, TM, TN)
+        seen = {}
+        for (t, i, j), rc in got.items():
+            if (not isinstance(rc, tuple) or len(rc) != 2
+                    or not all(isinstance(v, int) for v in rc)):
+                raise ExerciseError(f"{where}: owner({t}, {i}, {j}) = {rc!r}: return a pair "
+                                    "of ints (row, col) of the block tile")
+            r, c = rc
+            if not (0 <= r < BM and 0 <= c < BN):
+                raise ExerciseError(
+                    f"{where}: owner({t}, {i}, {j}) = {rc}, outside the {BM} x {BN} block "
+                    f"tile: the block holds {BM // WM} x {BN // WN} warp tiles; a thread's "
+                    "place inside its warp tile depends on its lane, t % 32, only")
+            if rc in seen:
+                t2, i2, j2 = seen[rc]
+                if t2 // 32 != t // 32:
+                    raise ExerciseError(
+                        f"{where}: element {rc} of the block tile belongs to warp {t2 // 32} "
+                        f"(thread {t2}) and to warp {t // 32} (thread {t}): two warps share a "
+                        f"warp tile. The block's {BM // WM} x {BN // WN} warp tiles take one "
+                        "warp each (warp // (BN / WN) down, warp % (BN / WN) across)")
+                raise ExerciseError(
+                    f"{where}: element {rc} of the block tile belongs to thread {t2} "
+                    f"(acc[{i2}, {j2}]) and to thread {t} (acc[{i}, {j}]): the map is not "
+                    "one-to-one, two threads would write the same element of C. Are the "
+                    "lanes' 4 x 4 blocks spaced so that the other lanes' blocks fit between "
+                    "them (4 * WM / TM rows, 4 * WN / TN columns)?")
+            seen[rc] = (t, i, j)
+        for w in range(NT // 32):
+            cells = [got[t, i, j] for t in range(32 * w, 32 * w + 32)
+                     for i in range(TM) for j in range(TN)]
+            rows = {r for r, _ in cells}
+            cols = {c for _, c in cells}
+            if max(rows) - min(rows) + 1 != WM or max(cols) - min(cols) + 1 != WN:
+                raise ExerciseError(
+                    f"{where}: warp {w}'s outputs span rows {min(rows)}..{max(rows)} and "
+                    f"columns {min(cols)}..{max(cols)}, not one {WM} x {WN} warp tile: a "
+                    "warp's 32 lanes must share one compact tile, so that its fragment "
+                    "loads read a few neighbouring float4s")
+        for t in range(NT):
+            for i0 in range(0, TM, 4):
+                for j0 in range(0, TN, 4):
+                    r0, c0 = got[t, i0, j0]
+                    block = [got[t, i0 + a, j0 + b] for a in range(4) for b in range(4)]
+                    if (r0 % 4 or c0 % 4
+                            or block != [(r0 + a, c0 + b) for a in range(4) for b in range(4)]):
+                        raise ExerciseError(
+                            f"{where}: thread {t}'s acc[{i0}..{i0 + 3}, {j0}..{j0 + 3}] is "
+                            f"not the 4 x 4 block of consecutive rows and columns at "
+                            f"{(r0, c0)} (4-aligned): each float4 fragment load reads 4 "
+                            "neighbouring values of sA[k, :] or sB[k, :]")
+        for w in range(NT // 32):
+            lanes = range(32 * w, 32 * w + 32)
+            for what, ln, n in (("sA", 0, TM), ("sB", 1, TN)):
+                for g in range(0, n, 4):
+                    starts = [got[t, g, 0][0] if ln == 0 else got[t, 0, g][1] for t in lanes]
+                    passes, fewest = _float4_passes(starts)
+                    if passes > fewest:
+                        raise ExerciseError(
+                            f"{where}: warp {w}'s float4 loads of {what}[k, :] for "
+                            f"{'rA' if ln == 0 else 'rB'}[{g}..{g + 3}] start at "
+                            f"{sorted(set(starts))[:8]}...: a {passes}-way bank conflict "
+                            f"({fewest} pass(es) would do). Neighbouring lanes must read "
+                            "neighbouring float4s: a lane's blocks spaced a quarter warp tile "
+                            "apart, not one contiguous TM x TN tile")
+    return (f"owner: a one-to-one, warp-compact, float4-ready map on {len(_WARP_CONFIGS)} "
+            "configurations; every fragment load conflict-free")
+
+
+_k04_double = {}
+
+
+def k04_double_helpers(BM, BN, BK, TM, TN):
+    """(load_regs, store_regs, outer_buf, GA, GB) for exercise 5's double-buffered kernel
+    (the strided register tile of exercises 1 and 2, NT = (BM/TM) x (BN/TN) threads):
+    ``load_regs(A, B, gA, gB, m0, n0, k0, t)`` brings thread t's share of the tiles at k0
+    from global memory into registers gA (GA values) and gB (GB values), zeros outside A
+    and B; ``store_regs(sA, sB, buf, gA, gB, t)`` puts them into shared buffer ``buf``
+    (``sA[buf, m, k]``, ``sB[buf, k, n]``); ``outer_buf(sA, sB, buf, rA, rB, acc, k, tm,
+    tn)`` adds one k's outer product from buffer ``buf``."""
+    key = (BM, BN, BK, TM, TN)
+    if key not in _k04_double:
+        _numba_globals()
+        TROWS, TCOLS = BM // TM, BN // TN
+        NT = TROWS * TCOLS
+        GA, GB = -(-BM * BK // NT), -(-BK * BN // NT)
+
+        @cuda.jit(device=True)
+        def load_regs(A, B, gA, gB, m0, n0, k0, t):
+            M, K = A.shape
+            N = B.shape[1]
+            for i in range(GA):
+                e = t + i * NT
+                r, c = e // BK, e % BK
+                gA[i] = A[m0 + r, k0 + c] if e < BM * BK and m0 + r < M and k0 + c < K else 0.0
+            for i in range(GB):
+                e = t + i * NT
+                r, c = e // BN, e % BN
+                gB[i] = B[k0 + r, n0 + c] if e < BK * BN and k0 + r < K and n0 + c < N else 0.0
+
+        @cuda.jit(device=True)
+        def store_regs(sA, sB, buf, gA, gB, t):
+            for i in range(GA):
+                e = t + i * NT
+                if e < BM * BK:
+                    sA[buf, e // BK, e % BK] = gA[i]
+            for i in range(GB):
+                e = t + i * NT
+                if e < BK * BN:
+                    sB[buf, e // BN, e % BN] = gB[i]
+
+        @cuda.jit(device=True)
+        def outer_buf(sA, sB, buf, rA, rB, acc, k, tm, tn):
+            for i in range(TM):
+                rA[i] = sA[buf, tm + i * TROWS, k]
+            for j in range(TN):
+                rB[j] = sB[buf, k, tn + j * TCOLS]
+            for i in range(TM):
+                for j in range(TN):
+                    acc[i, j] += rA[i] * rB[j]
+
+        _k04_double[key] = (load_regs, store_regs, outer_buf, GA, GB)
+    return _k04_double[key]
+
+
+def _buffer_log(audit):
+    """Watch, thread by thread, which of the two buffers (the first index of a 3-D shared
+    array) it reads and writes between two barriers; the first misuse becomes
+    ``audit.problem`` (which :func:`check_product` reports ahead of everything else)."""
+    real = audit._access
+    last = {}                   # (block, thread, barriers passed, array, buffer) -> 'r' / 'w'
+    written = set()             # (block, array, buffer) stored into at least once
+    lock = threading.Lock()
+    audit.problem = None
+
+    def logged(arr, idx, write):
+        if isinstance(idx, tuple) and len(idx) == 3 and audit.problem is None:
+            try:
+                buf = int(idx[0])
+            except TypeError:
+                buf = None
+            if buf is not None:
+                blk, tid, ep = _me()
+                name = arr._name
+                where = f"{name}[{buf}, ...] (buffer {buf})"
+                with lock:
+                    key = (blk, tid, ep, name, buf)
+                    before = last.get(key)
+                    if write:
+                        written.add((blk, name, buf))
+                        if before == "r":
+                            audit.problem = (
+                                f"thread {tid} of block {blk[:2]} stores into {where} after "
+                                "reading it since the last barrier: other threads may still "
+                                "be multiplying the previous tile from it. With one barrier per "
+                                "tile, consecutive tiles must alternate between the two buffers "
+                                "(tile kt in buffer kt % 2)")
+                    else:
+                        if (blk, name, buf) not in written:
+                            audit.problem = (
+                                f"thread {tid} of block {blk[:2]} reads {where} before any tile "
+                                "was stored into it: multiply tile kt from the buffer it was "
+                                "stored into (kt % 2)")
+                        elif before == "w":
+                            audit.problem = (
+                                f"{HINTS['barrier']}: thread {tid} of block {blk[:2]} reads "
+                                f"{where} right after storing its share of the tile into it, "
+                                "with no barrier between: the other threads' shares may not be "
+                                "there yet. The barrier goes between store_regs and the "
+                                "multiply-adds")
+                    last[key] = "w" if write else "r"
+        real(arr, idx, write)
+
+    audit._access = logged
+    return audit
+
+
+def ex04_double(run, BM, BN, BK):
+    """Lesson 04, exercise 5: two shared buffers and one barrier per tile. The product on
+    ragged shapes; every buffer access audited (a buffer refilled while it may still be
+    read, read before its barrier, read before it was filled); exactly one barrier per
+    tile; and the next tile's global loads issued before this tile's multiply-adds."""
+    from . import counters
+    cases = _small_suite(("square", "ragged", "K=1", "M=1"))
+    with barrier_audit() as audit:
+        _buffer_log(audit)
+        try:
+            report = check_product(run, "my_double", cases=cases, audit=audit)
+        except ExerciseError as e:
+            text = str(e)
+            if ("\nLikely cause:" in text and not audit.problem and not audit.race
+                    and "TODO" not in text and "never written" not in text):
+                text = text.split("\nLikely cause:")[0] + (
+                    "\nLikely cause: which tile goes where: tile kt is stored into buffer "
+                    "kt % 2 and multiplied from it, while the registers receive tile kt + 1 "
+                    "(k0 = (kt + 1) * BK)")
+            raise ExerciseError(text) from None
+    tiles = 3
+    with barrier_audit() as audit:
+        a, b = harness.make_operands(BM, BN, tiles * BK)
+        with _answer("my_double"):
+            run(a, b, torch.empty(BM, BN))
+    passed = sorted(set(audit.epochs.final.values()))
+    if passed != [tiles]:
+        raise ExerciseError(
+            f"the threads passed {', '.join(map(str, passed))} barriers for {tiles} tiles: two "
+            "buffers need exactly one per tile (after store_regs: the buffer refilled next was "
+            "last read before the previous tile's barrier)")
+    a, b = harness.make_operands(BM, BN, 2 * BK)
+    c = torch.empty(BM, BN)
+    with counters.trace(A=a, B=b, C=c) as tr:
+        run(a, b, c)
+    mine = [x for x in tr.accesses if x.block[:2] == (0, 0) and x.warp == 0 and x.lane == 0]
+    next_tile = next((n for n, x in enumerate(mine) if x.space == "global" and x.array == "A"
+                      and x.op == "load" and (x.addr // 4) % (2 * BK) >= BK), None)
+    first_math = next((n for n, x in enumerate(mine) if x.space == "shared" and x.op == "load"),
+                      None)
+    if next_tile is None or first_math is None or next_tile > first_math:
+        raise ExerciseError(
+            "the next tile's global loads start after this tile's multiply-adds: call "
+            "load_regs for tile kt + 1 right after the barrier, before the math, so that the "
+            "loads are in flight while the FMAs run (the point of the second buffer)")
+    return (f"{report}; one barrier per tile, the next tile's loads in flight during the "
+            "math, no buffer race")
+
+
 # ------------------------------------------------------------------ lesson 05
 def ex05_warp_tile(run, FM, FN):
     """Lesson 05, exercise 1: the warp's tensor-core step."""
@@ -748,11 +1061,19 @@ def ex05_warp_tile(run, FM, FN):
             ("square", "ragged", "M=1", "K=1", "A transposed")))
     except ExerciseError as e:
         text = str(e)
-        if "\nLikely cause:" in text and "TODO" not in text:
+        if "\nLikely cause:" in text and "TODO" not in text and HINTS["zero"] not in text:
             text = text.split("\nLikely cause:")[0] + (
                 "\nLikely cause: the fragment offsets: fragment i of A starts at row i * 16, "
                 "column kk of sA; fragment j of B at row kk, column j * 16 of sB; the product "
-                "(i, j) pairs rA[i] with rB[j] into acc[i, j]")
+                "(i, j) pairs rA[i] with rB[j] into acc[i, j]. Or a layout: sA and sB are "
+                "row-major, so every load and the product name \"row\" (a \"col\" multiplies "
+                "by the transposed tile)")
+        elif "wmma_load" in text and "is outside the shared array" in text:
+            which = "wmma_load_a" if "wmma_load_a" in text else "wmma_load_b"
+            text = (f"my_wmma: {which} reads a 16x16 tile that starts outside sA or sB "
+                    f"({_short(text.split('IndexError: ')[-1], 200)}): the fragment offsets: "
+                    "fragment i of A starts at row i * 16, column kk of sA; fragment j of B "
+                    "at row kk, column j * 16 of sB")
         raise ExerciseError(text) from None
     calls, lock, real = [0], threading.Lock(), ptx.wmma_mma
 
@@ -807,6 +1128,238 @@ def ex05_pad(smallest_pad):
                                     f"expected {want}{more}")
     return (f"smallest_pad: right for 18 row lengths and element sizes "
             f"(pads {', '.join(map(str, sorted(answers)))})")
+
+
+_QUADRANTS = {(0, 0): "top-left", (8, 0): "bottom-left", (0, 8): "top-right",
+              (8, 8): "bottom-right"}
+
+
+def _mma_a_regs(lane):
+    """mma.m16n8k16's A operand (PTX ISA, 'Matrix fragments for mma.m16n8k16'): register j
+    of ``lane`` holds the two halves (row, col) and (row, col + 1) of the 16x16 tile."""
+    g, t = lane // 4, lane % 4
+    return [(g + 8 * (j % 2), 2 * t + 8 * (j // 2)) for j in range(4)]
+
+
+def ex05_ldmatrix(ldmatrix_address):
+    """Lesson 05, exercise 3: the row each lane hands ``ldmatrix.x4`` so that the four
+    8x8 matrices land in the registers where ``mma.m16n8k16`` expects A's quarters. The
+    answer is run through an emulation of ldmatrix (lanes 8j..8j+7 give the rows of matrix
+    j; lane l receives row l // 4, halves 2(l % 4) and 2(l % 4) + 1 of each matrix)."""
+    addr = []
+    for lane in range(32):
+        with _answer("ldmatrix_address", seconds=5):
+            rc = ldmatrix_address(lane)
+        if (not isinstance(rc, tuple) or len(rc) != 2
+                or not all(isinstance(v, int) and not isinstance(v, bool) for v in rc)):
+            raise ExerciseError(f"ldmatrix_address({lane}) = {rc!r}: return a pair of ints, "
+                                "(row, column) of the 16x16 tile, in elements")
+        r, c = rc
+        if not (0 <= r < 16 and 0 <= c < 16):
+            raise ExerciseError(f"ldmatrix_address({lane}) = {rc}: outside the 16x16 tile "
+                                "(rows and columns 0..15, counted in halves, not bytes)")
+        if c % 8:
+            raise ExerciseError(f"ldmatrix_address({lane}) = {rc}: a row of an 8x8 matrix is "
+                                "8 halves (16 bytes) starting at column 0 or 8 of the tile")
+        addr.append(rc)
+    for j in range(4):
+        rows = addr[8 * j:8 * j + 8]
+        want = _mma_a_regs(0)[j]                # the quarter register j must hold
+        top = (min(r for r, _ in rows), rows[0][1])
+        if len({c for _, c in rows}) != 1 or sorted(r for r, _ in rows) != list(
+                range(top[0], top[0] + 8)) or top[0] % 8:
+            raise ExerciseError(
+                f"lanes {8 * j}..{8 * j + 7} point at {rows}: they give the 8 rows of one "
+                f"8x8 matrix (register {j} of every lane), 8 consecutive rows of one "
+                "quarter of the tile, in the same columns")
+        if top != want:
+            raise ExerciseError(
+                f"lanes {8 * j}..{8 * j + 7} point at the {_QUADRANTS.get(top, str(top))} "
+                f"quarter, so register {j} receives it; mma.m16n8k16 expects the "
+                f"{_QUADRANTS[want]} quarter there (R0 top-left, R1 bottom-left, R2 top-right, "
+                "R3 bottom-right): the order of the matrices is wrong")
+        for i, (r, c) in enumerate(rows):
+            if r != top[0] + i:
+                lane = 4 * i
+                raise ExerciseError(
+                    f"lane {8 * j + i} points at row {r}, so lane {lane}'s register {j} "
+                    f"receives row {r}; mma expects row {_mma_a_regs(lane)[j][0]} there: lane "
+                    f"8j + i gives row i of matrix j")
+    ways = {ld: _ldmatrix_ways(ld * 2) for ld in (16, 24)}     # one phase, rows ld halves apart
+    return ("ldmatrix_address: the four 8x8 matrices land where mma.m16n8k16 expects A; "
+            f"each phase reads 8 rows of 16 bytes ({ways[16]}-way with rows of 16 halves, "
+            f"{ways[24]}-way padded to 24)")
+
+
+_k05 = {}
+
+
+def k05_helpers(BM, BN, BK):
+    """(load_tiles, mma_step): the two halves of a k-step of the exercises' one-warp WMMA
+    kernel, as device functions, so that each exercise writes one half and gets the other
+    done. ``load_tiles(A, B, sA, sB, bm, bn, k0, lane)`` copies the BM x BK tile of A at
+    (bm, k0) and the BK x BN tile of B at (k0, bn) into shared memory, zeros outside A and
+    B; ``mma_step(sA, sB, rA, rB, acc, kk, LDA, LDB)`` adds the 16-deep slice kk of the
+    tiles' product into the FM x FN accumulator fragments."""
+    key = (BM, BN, BK)
+    if key not in _k05:
+        _numba_globals()
+        from . import ptx as _ptx
+        FM, FN = BM // 16, BN // 16
+
+        @cuda.jit(device=True)
+        def load_tiles(A, B, sA, sB, bm, bn, k0, lane):
+            M, K = A.shape
+            N = B.shape[1]
+            for e in range(lane, BM * BK, 32):
+                r, c = e // BK, e % BK
+                sA[r, c] = A[bm + r, k0 + c] if bm + r < M and k0 + c < K else 0
+            for e in range(lane, BK * BN, 32):
+                r, c = e // BN, e % BN
+                sB[r, c] = B[k0 + r, bn + c] if k0 + r < K and bn + c < N else 0
+
+        @cuda.jit(device=True)
+        def mma_step(sA, sB, rA, rB, acc, kk, LDA, LDB):
+            for i in range(FM):
+                _ptx.wmma_load_a(rA[i], sA, (i * 16, kk), LDA, "row")
+            for j in range(FN):
+                _ptx.wmma_load_b(rB[j], sB, (kk, j * 16), LDB, "row")
+            for i in range(FM):
+                for j in range(FN):
+                    _ptx.wmma_mma(acc[i, j], rA[i], rB[j], "row", "row")
+
+        _k05[key] = (load_tiles, mma_step)
+    return _k05[key]
+
+
+@contextlib.contextmanager
+def _nan_shared():
+    """Shared arrays of the numba kernels launched inside start filled with NaN (simulator;
+    integer arrays with -1): an element a kernel reads before writing is then as undefined
+    as on a GPU, and shows in the result. One array per source line, as the simulator."""
+    import sys
+
+    import numpy as np
+    from numba.core import types
+    from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
+    real = kernelapi.FakeCUDAShared.array
+    lock = threading.Lock()
+
+    def array(self, shape, dtype, alignment=None):
+        if shape == 0:
+            return real(self, shape, dtype)
+        frame = sys._getframe(1)
+        caller = (frame.f_code.co_filename, frame.f_lineno)
+        with lock:
+            res = self._allocations.get(caller)
+            if res is None:
+                dt = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else dtype
+                res = np.full(shape, np.nan if np.dtype(dt).kind == "f" else -1, dt)
+                self._allocations[caller] = res
+        return res
+
+    kernelapi.FakeCUDAShared.array = array
+    try:
+        yield
+    finally:
+        kernelapi.FakeCUDAShared.array = real
+
+
+def ex05_tiles(run, BM, BN, BK):
+    """Lesson 05, exercise 4: the copy of the block's A and B tiles into padded shared
+    memory, with zeros past every edge. Shared memory starts as NaN, so a tail left unwritten
+    shows; the copy must split the tile among the 32 lanes (each element copied once)."""
+    from . import counters
+    cases = _small_suite(("square", "ragged", "K=1", "M=1", "A transposed"))
+    report = []
+    for case in cases:
+        try:
+            with _nan_shared():
+                report.append(check_product(run, "my_tiles", (torch.float16,), [case]))
+        except ExerciseError as e:
+            text = str(e)
+            if "\nLikely cause:" not in text or "TODO" in text:
+                raise
+            head = text.split("\nLikely cause:")[0]
+            if case.name == "square":
+                cause = ("the copy itself (no edge in this shape): element (r, c) of A's tile "
+                         "is A[bm + r, k0 + c], stored at sA[r, c]; the tile is BK wide "
+                         "(LDA only spaces its rows) and B's is BN wide")
+            elif "still NaN" in text:         # read from shared memory never written
+                cause = ("a missing zero fill: some elements of a tile past the edge of A or B "
+                         "are never written, and the tensor core multiplies what shared memory "
+                         "held (NaN here, anything on a GPU; 0 x NaN is NaN). Write 0 to every "
+                         "element of both tiles that lies outside A or B")
+            else:
+                cause = ("a missing zero fill in the K tail: past K, the last tile keeps the "
+                         "previous tile's values, which the tensor core adds into C. Write 0 to "
+                         "every element of both tiles that lies outside A or B")
+            raise ExerciseError(f"{head}\nLikely cause: {cause}") from None
+    a, b = harness.make_operands(BM, BN, 2 * BK, torch.float16)
+    c = torch.empty(BM, BN, dtype=torch.float16)
+    with counters.trace(A=a, B=b, C=c) as t:
+        run(a, b, c)
+    stores = sum(1 for x in t.accesses if x.space == "shared" and x.op == "store")
+    want = 2 * (BM * BK + BK * BN)          # 2 k-steps, each element of both tiles once
+    if stores > want:
+        raise ExerciseError(
+            f"{stores} stores into shared memory for two k-steps of one block, where the two "
+            f"tiles hold {want}: lanes copy the same elements. Split the work: lane l copies "
+            "elements l, l + 32, l + 64... of each tile")
+    return (f"{report[0].kernel}: correct on {len(report)} shapes (float16), shared memory "
+            "starting as NaN; each element of a tile copied once per k-step")
+
+
+def _tile_work(BM, BN, BK, WM, WN):
+    warps = (BM // WM) * (BN // WN)
+    FM, FN, steps = WM // 16, WN // 16, BK // 16
+    loads = (FM + FN) * steps
+    return dict(warps=warps, loads=loads, mmas=FM * FN * steps,
+                smem_bytes=warps * loads * 16 * 16 * 2)
+
+
+def ex05_tile_work(tile_work):
+    """Lesson 05, exercise 5: the tensor-core work of one block tile per BK step (warps,
+    fragment loads and wmma_mma per warp, bytes the fragment loads read from shared
+    memory), for many tile configurations."""
+    configs = [(128, 128, 32, 64, 32), (128, 128, 32, 32, 64), (64, 64, 16, 32, 32),
+               (128, 256, 32, 64, 64), (256, 128, 64, 64, 64), (32, 32, 16, 16, 16),
+               (64, 128, 16, 64, 32), (128, 64, 48, 32, 32)]
+    why = {
+        "warps": "one warp per WM x WN warp tile: (BM / WM) x (BN / WN)",
+        "loads": "per 16-deep slice a warp loads each of its WM / 16 A fragments and WN / 16 "
+                 "B fragments once, and reuses them for every product: (WM/16 + WN/16) x "
+                 "BK/16",
+        "mmas": "one wmma_mma per 16 x 16 fragment of the warp tile per 16-deep slice: "
+                "WM/16 x WN/16 x BK/16",
+        "smem_bytes": "each warp reads its own fragments from shared memory, 16 x 16 fp16 "
+                      "(512 bytes) per load: warps x loads x 512, more than the tiles hold "
+                      "when several warps read the same rows of A or columns of B",
+    }
+    for cfg in configs:
+        want = _tile_work(*cfg)
+        with _answer("tile_work", seconds=5):
+            got = tile_work(*cfg)
+        if not isinstance(got, dict) or set(got) != set(want):
+            raise ExerciseError(f"tile_work{cfg} = {got!r}: return a dict with the keys "
+                                f"{', '.join(want)}")
+        for key in want:
+            if got[key] != want[key]:
+                more = ""
+                if key == "mmas" and got[key] == want[key] // (cfg[2] // 16) and cfg[2] > 16:
+                    more = f" (one per 16-deep slice: BK = {cfg[2]} is {cfg[2] // 16} slices)"
+                if key == "loads" and got[key] == 2 * want["mmas"]:
+                    more = " (two loads per product: each fragment is loaded once and reused)"
+                raise ExerciseError(f"tile_work(BM={cfg[0]}, BN={cfg[1]}, BK={cfg[2]}, "
+                                    f"WM={cfg[3]}, WN={cfg[4]})[{key!r}] = {got[key]!r}, "
+                                    f"expected {want[key]}{more}: {why[key]}")
+    g = _tile_work(128, 128, 32, 64, 32)
+    tile_bytes = (128 * 32 + 32 * 128) * 2
+    return (f"tile_work: right on {len(configs)} configurations; lesson 05's GPU tile "
+            f"(128 x 128 x 32, warps of 64 x 32): {g['warps']} warps, {g['loads']} loads and "
+            f"{g['mmas']} wmma_mma per warp per step, {g['smem_bytes']} bytes of fragment "
+            f"loads from {tile_bytes} bytes of tiles")
 
 
 # ------------------------------------------------------------------ lesson 06
