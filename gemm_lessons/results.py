@@ -50,7 +50,8 @@ def read_csv(path=None):
 # (tests/test_figures.py fails when one differs), so no two texts can quote the same
 # measurement differently. The key: ``[file.csv] kernel [dtype] size field`` where size is
 # ``4096`` (a cube) or ``2048x11008x4096``, dtype defaults to the kernel's first row's, and
-# field is one of FIELD_FORMATS.
+# field is one of FIELD_FORMATS (``times_baseline``: ms / baseline_ms, for costs where more
+# is worse, as in ``h200_launch_cost.csv``'s host times).
 FIELD_FORMATS = {
     "ratio": lambda r: f"{r.ratio:.2f}",
     "tflops": lambda r: f"{r.tflops:.1f}",
@@ -58,6 +59,7 @@ FIELD_FORMATS = {
     "ms": lambda r: f"{r.ms:.3f}",
     "baseline_ms": lambda r: f"{r.baseline_ms:.3f}",
     "us": lambda r: f"{r.ms * 1e3:.1f}",
+    "times_baseline": lambda r: f"{r.ms / r.baseline_ms:.1f}",   # the inverse of ratio
 }
 
 
