@@ -172,6 +172,9 @@ def _address(x):
     desc = getattr(x, "__cuda_array_interface__", None)    # a numba device array
     if desc is not None:
         return desc["data"][0]
+    base = getattr(x, "base", None)          # a Triton TensorDescriptor (TMA): its tensor
+    if isinstance(base, torch.Tensor):
+        return base.data_ptr()
     return False
 
 
@@ -198,7 +201,7 @@ class _Recorder:
                     real = prop.fget(kernel)
 
                     def run(g0, g1, g2, stream, function, packed, meta, enter, exit_, *args):
-                        launches.append(("triton", real, (g0, g1, g2), function, packed, args))
+                        launches.append(("triton", real, args, ((g0, g1, g2), function, packed)))
                         return real(g0, g1, g2, stream, function, packed, meta, enter, exit_,
                                     *args)
                     return run
@@ -214,7 +217,7 @@ class _Recorder:
             launches = self.launches
 
             def launch(kernel, args, griddim, blockdim, stream=0, sharedmem=0):
-                launches.append(("numba", kernel, tuple(args), griddim, blockdim, sharedmem))
+                launches.append(("numba", kernel, tuple(args), (griddim, blockdim, sharedmem)))
                 return real_launch(kernel, args, griddim, blockdim, stream, sharedmem)
             _Kernel.launch = launch
             self._undo.append(lambda: setattr(_Kernel, "launch", real_launch))
@@ -233,13 +236,13 @@ def _replayer(launches):
     steps = []
     for rec in launches:
         if rec[0] == "triton":
-            _, run, (g0, g1, g2), function, packed, args = rec
+            _, run, args, ((g0, g1, g2), function, packed) = rec
 
             def step(run=run, g0=g0, g1=g1, g2=g2, function=function, packed=packed, args=args):
                 stream = torch.cuda.current_stream().cuda_stream
                 run(g0, g1, g2, stream, function, packed, None, None, None, *args)
         else:
-            _, kernel, args, griddim, blockdim, sharedmem = rec
+            _, kernel, args, (griddim, blockdim, sharedmem) = rec
 
             def step(kernel=kernel, args=args, griddim=griddim, blockdim=blockdim,
                      sharedmem=sharedmem):
@@ -344,6 +347,23 @@ def prepare(kernel, a, b, out=None, *, graph=False):
     return Prepared(entry, a, b, out, *_record(entry, a, b, out, launcher))
 
 
+def _replay_safe(launches, tensors):
+    """Whether repeating ``launches`` (records ``(kind, kernel, args, launch config)``)
+    reads and writes only ``tensors``: every argument is a plain value or points into the
+    memory of one of them. A launcher that copied an operand (to make it contiguous, to pad
+    it, to widen its dtype) launched on the copy, which a replay would leave stale."""
+    if not launches:
+        return False
+    spans = [_storage_span(t) for t in tensors]
+    for launch in launches:
+        for x in launch[2]:
+            addr = _address(x)
+            if addr is False or (addr is not None
+                                 and not any(lo <= addr < hi for lo, hi in spans)):
+                return False
+    return True
+
+
 def _record(entry, a, b, out, launcher):
     """(mode, function): the recorded launches when replaying them is safe, else the
     launcher. Safe: every pointer a launch takes lies in a, b or out (the launcher made no
@@ -357,15 +377,8 @@ def _record(entry, a, b, out, launcher):
     except Exception:                   # the recording hooks did not fit: keep the launcher
         launcher()
         return "launcher", launcher
-    if not rec.ok or not rec.launches:
+    if not rec.ok or not _replay_safe(rec.launches, (a, b, out)):
         return "launcher", launcher
-    spans = [_storage_span(t) for t in (a, b, out)]
-    for launch in rec.launches:
-        for x in launch[-1] if launch[0] == "triton" else launch[2]:
-            addr = _address(x)
-            if addr is False or (addr is not None and addr != 0
-                                 and not any(lo <= addr < hi for lo, hi in spans)):
-                return "launcher", launcher
     expect = out.clone()
     out.fill_(float("nan"))
     replay = _replayer(rec.launches)

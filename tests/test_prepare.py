@@ -1,0 +1,121 @@
+"""gl.prepare: the product resolved once, re-run on the same operands; and gl.matmul's
+cached checks still refuse bad input on every call."""
+import pytest
+import torch
+
+import gemm_lessons as gl
+from gemm_lessons import api, harness
+
+DEV = gl.device()
+KERNELS = [("k01_coalesced", torch.float32), ("k07_triton_swizzle", torch.float16)]
+
+
+def operands(dtype, M=19, K=13, N=11, seed=0):
+    return harness.make_operands(M, N, K, dtype, seed=seed)
+
+
+def assert_product(c, a, b):
+    ok, rel, _ = harness.compare(c, harness.reference(a, b), a, b, a.dtype)
+    assert ok, f"relative error {rel:.1e}"
+
+
+@pytest.mark.parametrize("kernel, dtype", KERNELS)
+def test_prepared_call_gives_matmul_result_and_sees_new_values(kernel, dtype):
+    a, b = operands(dtype)
+    out = torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=dtype, device=DEV)
+    p = gl.prepare(kernel, a, b, out=out)
+    assert p.out is out and p.a is a and p.b is b
+    out.fill_(float("nan"))                       # prepare ran it once: poison again
+    c = p()
+    assert c is out and torch.equal(c, gl.matmul(a, b, kernel))
+    a2, b2 = operands(dtype, seed=1)
+    a.copy_(a2)                                   # new values, same memory
+    out.fill_(float("nan"))
+    assert_product(p(), a2, b)
+    out.fill_(float("nan"))
+    assert_product(p(b=b2), a2, b2)               # passed: copied into p.b, then run
+    assert torch.equal(b, b2)
+
+
+def test_prepared_on_strided_operands():
+    a = operands(torch.float32, M=13, K=19)[0].t()          # (19, 13), column-major
+    b = torch.randn(17, 15, device=DEV)[2:15, 1:12]         # (13, 11), sliced
+    p = gl.prepare("k01_coalesced", a, b)
+    p.out.fill_(float("nan"))
+    assert_product(p(), a, b)
+
+
+def test_prepare_refuses_bad_operands():
+    a, b = operands(torch.float32)
+    with pytest.raises(ValueError, match="a.shape\\[1\\] must equal"):
+        gl.prepare("k01_coalesced", a, b.t())
+    with pytest.raises(TypeError, match="takes float32"):
+        gl.prepare("k01_coalesced", a.double(), b.double())
+    with pytest.raises(ValueError, match="out must be"):
+        gl.prepare("k01_coalesced", a, b, out=torch.empty(3, 3, device=DEV))
+    with pytest.raises(TypeError, match="graph must be True or False"):
+        gl.prepare("k01_coalesced", a, b, graph="yes")
+
+
+def test_prepared_call_refuses_mismatched_operands():
+    a, b = operands(torch.float32)
+    p = gl.prepare("k01_coalesced", a, b)
+    with pytest.raises(ValueError, match=r"prepared for \(19, 13\)"):
+        p(a=torch.randn(13, 19, device=DEV))
+    with pytest.raises(TypeError, match="dtype float16; this product was prepared for float32"):
+        p(b=b.half())
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        p(a=[[1.0]])
+
+
+@pytest.mark.skipif(gl.backend() == "cuda", reason="off the GPU only")
+def test_graph_needs_a_gpu():
+    a, b = operands(torch.float32)
+    with pytest.raises(ValueError, match="needs a CUDA GPU.*use graph=False"):
+        gl.prepare("k01_coalesced", a, b, graph=True)
+    assert gl.prepare("k01_coalesced", a, b).mode == "launcher"
+
+
+@pytest.mark.skipif(gl.backend() != "cuda", reason="needs a GPU")
+@pytest.mark.parametrize("kernel, dtype", KERNELS + [("k06_wgmma", torch.float16)])
+@pytest.mark.parametrize("graph", [False, True])
+def test_prepared_on_the_gpu(kernel, dtype, graph):
+    if not gl.runs_here(kernel):
+        pytest.skip(f"{kernel} does not run on this GPU")
+    a, b = operands(dtype, M=300, K=200, N=260)
+    p = gl.prepare(kernel, a, b, graph=graph)
+    assert p.mode in (("graph",) if graph else ("replay", "launcher"))
+    a2, _ = operands(dtype, M=300, K=200, N=260, seed=3)
+    a.copy_(a2)
+    p.out.fill_(float("nan"))
+    c = p()
+    torch.cuda.synchronize()
+    assert_product(c, a2, b)
+
+
+def test_matmul_checks_every_call_after_the_first():
+    a, b = operands(torch.float32)
+    gl.matmul(a, b, "k01_coalesced")              # validated once: the fast path from here
+    with pytest.raises(ValueError, match="a.shape\\[1\\] must equal"):
+        gl.matmul(a, a, "k01_coalesced")
+    with pytest.raises(ValueError, match="must be 2-D"):
+        gl.matmul(a[None], b, "k01_coalesced")
+    with pytest.raises(ValueError, match="empty"):
+        gl.matmul(a[:0], b, "k01_coalesced")
+    with pytest.raises(TypeError, match="differ in dtype"):
+        gl.matmul(a, b.half(), "k01_coalesced")
+    with pytest.raises(TypeError, match="takes float32"):
+        gl.matmul(a.half(), b.half(), "k01_coalesced")
+
+
+def test_replay_is_refused_when_a_launch_reads_a_copy():
+    a, b = operands(torch.float32)
+    out = torch.empty(a.shape[0], b.shape[1], device=DEV)
+    launch = lambda *args: [("triton", None, args, None)]
+    safe = lambda *args: api._replay_safe(launch(*args), (a, b, out))
+    assert safe(a, b, out, 19, 11, 13, "ieee", None)
+    assert safe(a[3:], b.t(), out[:, 2:], 1.5)               # views of the operands
+    assert not safe(a.contiguous().clone(), b, out)          # a copy: a replay reads stale data
+    assert not safe(a, b, torch.empty_like(out))             # a workspace
+    assert not safe(a, b, out, object())                     # an argument it cannot place
+    assert not api._replay_safe([], (a, b, out))             # nothing recorded
