@@ -119,3 +119,26 @@ def test_replay_is_refused_when_a_launch_reads_a_copy():
     assert not safe(a, b, torch.empty_like(out))             # a workspace
     assert not safe(a, b, out, object())                     # an argument it cannot place
     assert not api._replay_safe([], (a, b, out))             # nothing recorded
+
+
+def _launch_cost_tool():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "tools" / "launch_cost.py"
+    spec = importlib.util.spec_from_file_location("launch_cost", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_launch_cost_tool_parses_sizes_and_needs_a_gpu():
+    tool = _launch_cost_tool()
+    assert tool.dims("64") == (64, 64, 64)
+    assert tool.dims("16x4096x1024") == (16, 4096, 1024)
+    import argparse
+    for bad in ("0", "3x4", "a"):
+        with pytest.raises(argparse.ArgumentTypeError, match="MxNxK"):
+            tool.dims(bad)
+    if gl.backend() != "cuda":
+        with pytest.raises(SystemExit, match="need a CUDA GPU"):
+            tool.main(["--size", "64"])

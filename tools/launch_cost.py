@@ -3,6 +3,7 @@
     python tools/launch_cost.py                                  # every kernel here, 64^3
     python tools/launch_cost.py --size 64 4096 --csv gemm_lessons/results/h200_launch_cost.csv
     python tools/launch_cost.py --kernel k07_triton_swizzle k06_wgmma --profile
+    python tools/launch_cost.py --size 16x4096x4096 --kernel k07_triton_swizzle   # M x N x K
 
 For each kernel and size, each way of calling it is timed:
 
@@ -88,6 +89,17 @@ def host_ms(fn, calls=100, repeats=7):
     return statistics.median(per_call)
 
 
+def dims(text):
+    """'64' -> (64, 64, 64); '16x4096x4096' -> (16, 4096, 4096) (M, N, K)."""
+    try:
+        d = [int(x) for x in text.lower().split("x")]
+    except ValueError:
+        d = []
+    if len(d) not in (1, 3) or min(d) < 1:
+        raise argparse.ArgumentTypeError(f"{text!r}: want a size (64) or MxNxK (16x4096x4096)")
+    return tuple(d * 3 if len(d) == 1 else d)
+
+
 def default_dtype(entry):
     return torch.float16 if torch.float16 in entry.dtypes else entry.dtypes[0]
 
@@ -154,8 +166,8 @@ def profile(entry, a, b, calls):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--size", type=int, nargs="+", default=[64],
-                    help="M = N = K (several: one table each; default 64)")
+    ap.add_argument("--size", type=dims, nargs="+", default=[(64, 64, 64)],
+                    help="M = N = K, or MxNxK (several: one table each; default 64)")
     ap.add_argument("--kernel", nargs="*", default=None,
                     help="registered names (default: every kernel this GPU runs)")
     ap.add_argument("--dtype", default=None,
@@ -173,7 +185,7 @@ def main(argv=None):
     device, versions = gl.engine().device_name, _versions()
     ver = "; ".join(f"{k} {v}" for k, v in versions.items())
     rows = []
-    for n in args.size:
+    for shape in args.size:
         base = {}      # dtype -> torch.mm's (host, gpu, batched) and its graph's, this size
         table = []
         for entry in entries:
@@ -181,15 +193,16 @@ def main(argv=None):
             if dt not in entry.dtypes:
                 print(f"  {entry.name}: does not take {dtype_name(dt)}, skipped")
                 continue
-            a, b = harness.make_operands(n, n, n, dt)
+            M, N, K = shape
+            a, b = harness.make_operands(M, N, K, dt)
             if dt not in base:
                 mm = measure(lambda: torch.mm(a, b), args.calls, args.repeats)
                 mm_graph = measure(torch_graph(a, b), args.calls, args.repeats)
                 base[dt] = mm, mm_graph
                 for name, t in (("torch.mm", mm), ("torch.mm:graph", mm_graph)):
                     table.append((name, dtype_name(dt), "", *t, mm[0]))
-                    rows.append(row(name, 0, dt, n, t[0], mm[0], t, "", device, ver))
-                rows.append(row("torch.mm:gpu", 0, dt, n, mm[1], mm[1], mm, "", device, ver))
+                    rows.append(row(name, 0, dt, shape, t[0], mm[0], t, "", device, ver))
+                rows.append(row("torch.mm:gpu", 0, dt, shape, mm[1], mm[1], mm, "", device, ver))
             mm = base[dt][0]
             found = callers(entry, a, b)
             gpu = None
@@ -201,12 +214,12 @@ def main(argv=None):
                 gpu = t[1] if path == "launcher" else gpu
                 name = entry.name if path == "matmul" else f"{entry.name}:{path}"
                 table.append((name, dtype_name(dt), mode, *t, mm[0]))
-                rows.append(row(name, entry.lesson, dt, n, t[0], mm[0], t, mode, device, ver))
-            rows.append(row(f"{entry.name}:gpu", entry.lesson, dt, n, gpu, mm[1],
+                rows.append(row(name, entry.lesson, dt, shape, t[0], mm[0], t, mode, device, ver))
+            rows.append(row(f"{entry.name}:gpu", entry.lesson, dt, shape, gpu, mm[1],
                             (gpu, gpu, None), "", device, ver))
             if args.profile:
                 profile(entry, a, b, args.calls)
-        print(f"\n{gl.engine()}; M = N = K = {n}; host time: {args.calls} calls queued, "
+        print(f"\n{gl.engine()}; M x N x K = {'x'.join(map(str, shape))}; host time: {args.calls} calls queued, "
               f"median of {args.repeats}")
         print(f"{'call':32s} {'dtype':8s} {'mode':8s} {'host us':>8s} {'GPU us':>8s} "
               f"{'batched us':>10s} {'host / torch.mm':>15s}")
@@ -222,11 +235,11 @@ def main(argv=None):
         print(f"wrote {len(rows)} rows to {args.csv}")
 
 
-def row(name, lesson, dtype, n, ms, baseline_ms, times, mode, device, versions):
+def row(name, lesson, dtype, shape, ms, baseline_ms, times, mode, device, versions):
     host, gpu, batched = times
     fmt = lambda x: "" if x is None else f"{x:.6f}"
-    return {"kernel": name, "lesson": lesson, "dtype": dtype_name(dtype), "M": n, "N": n,
-            "K": n, "ms": fmt(ms), "baseline_ms": fmt(baseline_ms), "device": device,
+    return {"kernel": name, "lesson": lesson, "dtype": dtype_name(dtype), "M": shape[0],
+            "N": shape[1], "K": shape[2], "ms": fmt(ms), "baseline_ms": fmt(baseline_ms), "device": device,
             "versions": versions, "gpu_ms": fmt(gpu), "batched_ms": fmt(batched),
             "mode": mode}
 
