@@ -125,15 +125,6 @@ def _check_out(out, a, M, N):
                          f"{a.device}; got {tuple(out.shape)} {_dt(out.dtype)} on {out.device}")
 
 
-def _launch(entry, caller, a, b, out):
-    if _backend.on_gpu():             # nothing to guard: one launch, no slicing
-        entry.launch(a, b, out)
-        return
-    from .guard import run as guarded   # on the simulator: a size warning, progress
-    guarded(entry, caller, 1, a.shape[0], b.shape[1], a.shape[1],
-            lambda _, rows: entry.launch(a[rows], b, out[rows]))
-
-
 def matmul(a, b, kernel="k01_coalesced", *, out=None):
     """``a @ b`` computed by ``kernel`` (a registered name, see :func:`kernels`).
 
@@ -152,7 +143,12 @@ def matmul(a, b, kernel="k01_coalesced", *, out=None):
         out = torch.empty(M, N, dtype=a.dtype, device=a.device)
     else:
         _check_out(out, a, M, N)
-    _launch(entry, "gl.matmul", a, b, out)
+    if _backend.on_gpu():             # one launch: nothing to guard, no row slicing
+        entry.launch(a, b, out)
+        return out
+    from .guard import run as guarded   # on the simulator: a size warning, progress
+    guarded(entry, "gl.matmul", 1, M, N, a.shape[1],     # (its warning names our caller)
+            lambda _, rows: entry.launch(a[rows], b, out[rows]))
     return out
 
 
@@ -337,7 +333,12 @@ def prepare(kernel, a, b, out=None, *, graph=False):
                          "the launcher)")
 
     def launcher():
-        _launch(entry, "gl.prepare", a, b, out)
+        if _backend.on_gpu():
+            entry.launch(a, b, out)
+            return
+        from .guard import run as guarded
+        guarded(entry, "gl.prepare", 1, M, N, a.shape[1],
+                lambda _, rows: entry.launch(a[rows], b, out[rows]))
 
     if not _backend.on_gpu():
         launcher()
