@@ -93,6 +93,26 @@ def test_prepared_on_the_gpu(kernel, dtype, graph):
     assert_product(c, a2, b)
 
 
+@pytest.mark.skipif(gl.backend() != "cuda", reason="needs a GPU")
+@pytest.mark.parametrize("graph", [False, True])
+def test_a_launcher_that_copies_is_not_replayed(graph):
+    # k06_wgmma pads K = 203 to 208 in a zeroed copy of A and B: a replay of the recorded
+    # launch would read the copy made at prepare time, so the prepared call re-runs the
+    # launcher (or, as a graph, replays the copy too)
+    if not gl.runs_here("k06_wgmma"):
+        pytest.skip("k06_wgmma does not run on this GPU")
+    a, b = operands(torch.float16, M=130, K=203, N=120)
+    p = gl.prepare("k06_wgmma", a, b, graph=graph)
+    assert p.mode == ("graph" if graph else "launcher")
+    a2, b2 = operands(torch.float16, M=130, K=203, N=120, seed=4)
+    a.copy_(a2)
+    b.copy_(b2)
+    p.out.fill_(float("nan"))
+    c = p()
+    torch.cuda.synchronize()
+    assert_product(c, a2, b2)
+
+
 def test_matmul_checks_every_call_after_the_first():
     a, b = operands(torch.float32)
     gl.matmul(a, b, "k01_coalesced")              # validated once: the fast path from here
