@@ -176,10 +176,11 @@ def _address(x):
 
 class _Recorder:
     """Records the kernel launches a launcher makes, at the lowest level that Python sees:
-    Triton's compiled-kernel launcher and numba's compiled-kernel ``launch`` (both after
-    argument binding, specialisation, cache lookup and type dispatch). Replaying them skips
-    all of that. Internal APIs: where they are not as expected, nothing is recorded and the
-    prepared call keeps calling the launcher."""
+    the call of Triton's launcher object (``driver.active.launcher_cls``: grid, stream,
+    function handle, metadata, then the kernel's arguments) and numba's compiled-kernel
+    ``launch`` (both after argument binding, specialisation, cache lookup and type
+    dispatch). Replaying them skips all of that. Internal APIs: where they are not as
+    expected, ``ok`` is False and the prepared call keeps calling the launcher."""
 
     def __init__(self):
         self.launches = []
@@ -187,30 +188,25 @@ class _Recorder:
 
     def __enter__(self):
         self._undo = []
+        launches = self.launches
         try:
-            from triton.compiler.compiler import CompiledKernel
-            prop = CompiledKernel.__dict__.get("run")
-            if isinstance(prop, property):
-                launches = self.launches
+            from triton.runtime import driver
+            cls = driver.active.launcher_cls
+            real_call = cls.__call__
 
-                def recording(kernel):
-                    real = prop.fget(kernel)
-
-                    def run(g0, g1, g2, stream, function, packed, meta, enter, exit_, *args):
-                        launches.append(("triton", real, args, ((g0, g1, g2), function, packed)))
-                        return real(g0, g1, g2, stream, function, packed, meta, enter, exit_,
-                                    *args)
-                    return run
-                CompiledKernel.run = property(recording)
-                self._undo.append(lambda: setattr(CompiledKernel, "run", prop))
-            else:
-                self.ok = False
-        except ImportError:
+            def call(launcher, *args, **kwargs):
+                if kwargs or len(args) < 9:
+                    self.ok = False
+                else:        # grid x, y, z, stream, function, metadata, launch metadata, hooks
+                    launches.append(("triton", launcher, args[9:], args[:9]))
+                return real_call(launcher, *args, **kwargs)
+            cls.__call__ = call
+            self._undo.append(lambda: setattr(cls, "__call__", real_call))
+        except (ImportError, AttributeError, RuntimeError):
             self.ok = False
         try:
             from numba.cuda.dispatcher import _Kernel
             real_launch = _Kernel.launch
-            launches = self.launches
 
             def launch(kernel, args, griddim, blockdim, stream=0, sharedmem=0):
                 launches.append(("numba", kernel, tuple(args), (griddim, blockdim, sharedmem)))
@@ -226,17 +222,24 @@ class _Recorder:
             undo()
 
 
+def _cuda_stream():
+    """The raw handle of torch's current CUDA stream: where a replayed launch goes (inside a
+    graph capture, the capturing stream)."""
+    return torch.cuda.current_stream().cuda_stream
+
+
 def _replayer(launches):
     """One function that repeats ``launches`` on the current stream."""
     from . import engines
     steps = []
     for rec in launches:
         if rec[0] == "triton":
-            _, run, args, ((g0, g1, g2), function, packed) = rec
+            _, launcher, args, head = rec
+            g0, g1, g2, _, function, packed = head[:6]
 
-            def step(run=run, g0=g0, g1=g1, g2=g2, function=function, packed=packed, args=args):
-                stream = torch.cuda.current_stream().cuda_stream
-                run(g0, g1, g2, stream, function, packed, None, None, None, *args)
+            def step(launcher=launcher, g0=g0, g1=g1, g2=g2, function=function, packed=packed,
+                     args=args):
+                launcher(g0, g1, g2, _cuda_stream(), function, packed, None, None, None, *args)
         else:
             _, kernel, args, (griddim, blockdim, sharedmem) = rec
 

@@ -162,3 +162,35 @@ def test_launch_cost_tool_parses_sizes_and_needs_a_gpu():
     if gl.backend() != "cuda":
         with pytest.raises(SystemExit, match="need a CUDA GPU"):
             tool.main(["--size", "64"])
+
+
+def test_recorded_triton_launch_replays_with_the_current_stream(monkeypatch):
+    # Triton's launcher object, faked: what _Recorder sees of a launch and what a replay
+    # passes back (the stream of the moment, no launch metadata or hooks)
+    from triton.runtime import driver
+    calls = []
+
+    class FakeLauncher:
+        def __call__(self, g0, g1, g2, stream, function, packed, meta, enter, exit_, *args):
+            calls.append((g0, g1, g2, stream, function, packed, meta, enter, exit_))
+            a, b, out = args[:3]
+            out.copy_(a @ b)
+
+    monkeypatch.setattr(type(driver), "active",
+                        property(lambda self: type("Fake", (), {"launcher_cls": FakeLauncher})))
+    a, b = operands(torch.float32)
+    out = torch.full((a.shape[0], b.shape[1]), float("nan"))
+    launcher = FakeLauncher()
+    real_call = FakeLauncher.__call__
+    with api._Recorder() as rec:
+        launcher(4, 1, 1, 111, "fn", "meta", "launch meta", "enter", "exit", a, b, out, 19, "tf32")
+    assert FakeLauncher.__call__ is real_call                  # the hook is removed on exit
+    assert [r[0] for r in rec.launches] == ["triton"]
+    assert rec.launches[0][2] == (a, b, out, 19, "tf32")
+    assert api._replay_safe(rec.launches, (a, b, out))
+    monkeypatch.setattr(api, "_cuda_stream", lambda: 222)
+    a.mul_(-1.0)                                               # new values, same memory
+    out.fill_(float("nan"))
+    api._replayer(rec.launches)()
+    assert calls[-1] == (4, 1, 1, 222, "fn", "meta", None, None, None)
+    assert torch.equal(out, a @ b)
