@@ -12,7 +12,7 @@ from . import registry as _registry
 from .common import dtype_name as _dt
 from .common import run_on_simulator
 
-__all__ = ["kernels", "matmul", "gemm", "check", "check_anywhere", "runs_here", "bench", "show_source", "show_diff", "ACTIVATIONS"]
+__all__ = ["kernels", "matmul", "prepare", "Prepared", "gemm", "check", "check_anywhere", "runs_here", "bench", "show_source", "show_diff", "ACTIVATIONS"]
 
 ACTIVATIONS = (None, "relu", "gelu", "leaky_relu")
 
@@ -84,30 +84,337 @@ def _validate_pair(a, b, entry):
                          f"{tuple(b.shape)} (K, N); a.shape[1] must equal b.shape[0]")
 
 
+# What the hot path of gl.matmul skips once a combination has been validated: the registry
+# lookup by name and the checks that depend only on (kernel, dtypes, devices, engine). Shapes
+# and ``out`` change from call to call and are checked every time.
+_ENTRIES: dict = {}
+_VALIDATED: dict = {}
+
+
+def _entry(kernel):
+    """``registry.get(kernel)``, remembered by name (a dict lookup instead of a scan)."""
+    entry = _ENTRIES.get(kernel) if isinstance(kernel, str) else None
+    if entry is None:
+        entry = _registry.get(kernel)
+        if isinstance(kernel, str):
+            _ENTRIES[kernel] = entry
+    return entry
+
+
+def _validate(a, b, entry):
+    """Every check of :func:`_validate_pair` and :func:`_check_capability`; the checks that
+    depend only on (kernel, dtypes, devices) run once per combination, shapes every call."""
+    key = None
+    if type(a) is torch.Tensor and type(b) is torch.Tensor:   # subclasses: the full checks
+        key = (id(entry), a.dtype, b.dtype, a.device, b.device, _backend.engine().kind)
+        if (key in _VALIDATED and a.dim() == 2 and b.dim() == 2
+                and a.shape[1] == b.shape[0] and a.numel() > 0 and b.numel() > 0):
+            return
+    _validate_pair(a, b, entry)
+    _check_capability(entry)
+    if key is not None:
+        _VALIDATED[key] = entry           # keeps the entry alive: its id stays unique
+
+
+def _check_out(out, a, M, N):
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
+    if tuple(out.shape) != (M, N) or out.dtype != a.dtype or out.device != a.device \
+            or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous ({M}, {N}) {_dt(a.dtype)} tensor on "
+                         f"{a.device}; got {tuple(out.shape)} {_dt(out.dtype)} on {out.device}")
+
+
 def matmul(a, b, kernel="k01_coalesced", *, out=None):
     """``a @ b`` computed by ``kernel`` (a registered name, see :func:`kernels`).
 
     ``a`` (M, K) and ``b`` (K, N): torch tensors of one dtype the kernel takes, CUDA tensors
     on a GPU and CPU tensors on the simulator, any strides. Returns a new contiguous (M, N)
     tensor of the same dtype, or writes into ``out`` (contiguous, (M, N), same dtype).
+
+    Each call checks its arguments and goes through the kernel's launcher: tens of
+    microseconds of Python before the GPU starts. To repeat one product many times on
+    small operands, :func:`prepare` resolves all of it once.
     """
-    entry = _registry.get(kernel)
-    _validate_pair(a, b, entry)
-    _check_capability(entry)
+    entry = _entry(kernel)
+    _validate(a, b, entry)
     M, N = a.shape[0], b.shape[1]
     if out is None:
         out = torch.empty(M, N, dtype=a.dtype, device=a.device)
     else:
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"out must be a torch.Tensor, got {type(out).__name__}")
-        if tuple(out.shape) != (M, N) or out.dtype != a.dtype or out.device != a.device \
-                or not out.is_contiguous():
-            raise ValueError(f"out must be a contiguous ({M}, {N}) {_dt(a.dtype)} tensor on "
-                             f"{a.device}; got {tuple(out.shape)} {_dt(out.dtype)} on {out.device}")
+        _check_out(out, a, M, N)
+    if _backend.on_gpu():             # one launch: nothing to guard, no row slicing
+        entry.launch(a, b, out)
+        return out
     from .guard import run as guarded   # on the simulator: a size warning, progress
-    guarded(entry, "gl.matmul", 1, M, N, a.shape[1],
+    guarded(entry, "gl.matmul", 1, M, N, a.shape[1],     # (its warning names our caller)
             lambda _, rows: entry.launch(a[rows], b, out[rows]))
     return out
+
+
+# ------------------------------------------------------------------- the prepared fast path
+def _storage_span(t):
+    s = t.untyped_storage()
+    return s.data_ptr(), s.data_ptr() + s.nbytes()
+
+
+def _address(x):
+    """The device address an argument of a recorded launch points at, None for a plain
+    value (a number, a string, None), or False for anything else (not replayable)."""
+    if x is None or isinstance(x, (numbers.Number, str)):
+        return None
+    if isinstance(x, torch.Tensor):
+        return x.data_ptr()
+    desc = getattr(x, "__cuda_array_interface__", None)    # a numba device array
+    if desc is not None:
+        return desc["data"][0]
+    base = getattr(x, "base", None)          # a Triton TensorDescriptor (TMA): its tensor
+    if isinstance(base, torch.Tensor):
+        return base.data_ptr()
+    return False
+
+
+class _Recorder:
+    """Records the kernel launches a launcher makes, at the lowest level that Python sees:
+    the call of Triton's launcher object (``driver.active.launcher_cls``: grid, stream,
+    function handle, metadata, then the kernel's arguments) and numba's compiled-kernel
+    ``launch`` (both after argument binding, specialisation, cache lookup and type
+    dispatch). Replaying them skips all of that. Internal APIs: where they are not as
+    expected, ``ok`` is False and the prepared call keeps calling the launcher."""
+
+    def __init__(self):
+        self.launches = []
+        self.ok = True
+
+    def __enter__(self):
+        self._undo = []
+        launches = self.launches
+        try:
+            from triton.runtime import driver
+            cls = driver.active.launcher_cls
+            real_call = cls.__call__
+
+            def call(launcher, *args, **kwargs):
+                if kwargs or len(args) < 9:
+                    self.ok = False
+                else:        # grid x, y, z, stream, function, metadata, launch metadata, hooks
+                    launches.append(("triton", launcher, args[9:], args[:9]))
+                return real_call(launcher, *args, **kwargs)
+            cls.__call__ = call
+            self._undo.append(lambda: setattr(cls, "__call__", real_call))
+        except (ImportError, AttributeError, RuntimeError):
+            self.ok = False
+        try:
+            from numba.cuda.dispatcher import _Kernel
+            real_launch = _Kernel.launch
+
+            def launch(kernel, args, griddim, blockdim, stream=0, sharedmem=0):
+                launches.append(("numba", kernel, tuple(args), (griddim, blockdim, sharedmem)))
+                return real_launch(kernel, args, griddim, blockdim, stream, sharedmem)
+            _Kernel.launch = launch
+            self._undo.append(lambda: setattr(_Kernel, "launch", real_launch))
+        except (ImportError, AttributeError):
+            self.ok = False
+        return self
+
+    def __exit__(self, *exc):
+        for undo in reversed(self._undo):
+            undo()
+
+
+def _cuda_stream():
+    """The raw handle of torch's current CUDA stream: where a replayed launch goes (inside a
+    graph capture, the capturing stream)."""
+    return torch.cuda.current_stream().cuda_stream
+
+
+def _replayer(launches):
+    """One function that repeats ``launches`` on the current stream."""
+    from . import engines
+    steps = []
+    for rec in launches:
+        if rec[0] == "triton":
+            _, launcher, args, head = rec
+            g0, g1, g2, _, function, packed = head[:6]
+
+            def step(launcher=launcher, g0=g0, g1=g1, g2=g2, function=function, packed=packed,
+                     args=args):
+                launcher(g0, g1, g2, _cuda_stream(), function, packed, None, None, None, *args)
+        else:
+            _, kernel, args, (griddim, blockdim, sharedmem) = rec
+
+            def step(kernel=kernel, args=args, griddim=griddim, blockdim=blockdim,
+                     sharedmem=sharedmem):
+                kernel.launch(args, griddim, blockdim, engines.numba_stream(), sharedmem)
+        steps.append(step)
+    if len(steps) == 1:
+        return steps[0]
+
+    def replay():
+        for step in steps:
+            step()
+    return replay
+
+
+class Prepared:
+    """``a @ b`` with one kernel on fixed operands, resolved once: made by :func:`prepare`.
+
+    Calling it (``p()``) computes the product into ``p.out`` and returns ``p.out``. The
+    operands are the tensors given to :func:`prepare` (their memory, not a copy): write new
+    values into ``p.a`` and ``p.b`` in place (``p.a.copy_(x)``), or pass them,
+    ``p(a=x)``, which copies ``x`` into ``p.a`` (same shape and dtype) before running.
+
+    ``p.mode`` says what a call does:
+
+    * ``"graph"``: replays a CUDA graph captured once (``graph=True``): one host call,
+      however many launches and copies the launcher makes;
+    * ``"replay"``: repeats the recorded kernel launch(es) with their bound arguments (the
+      compiled kernel, grid, device pointers resolved once);
+    * ``"launcher"``: calls the kernel's launcher with the arguments checked once (on the
+      simulator, and for launchers that copy or re-arrange operands on each call).
+    """
+
+    def __init__(self, entry, a, b, out, mode, fn, graph=None):
+        self.kernel, self.a, self.b, self.out = entry.name, a, b, out
+        self.mode = mode
+        self._fn = fn
+        self._graph = graph         # keeps the captured graph (and its memory pool) alive
+
+    def __call__(self, a=None, b=None):
+        for what, new in (("a", a), ("b", b)):
+            if new is None:
+                continue
+            have = getattr(self, what)
+            if not isinstance(new, torch.Tensor):
+                raise TypeError(f"{what} must be a torch.Tensor, got {type(new).__name__}")
+            if new.dtype != have.dtype:
+                raise TypeError(f"{what} has dtype {_dt(new.dtype)}; this product was prepared "
+                                f"for {_dt(have.dtype)}: prepare another one")
+            if tuple(new.shape) != tuple(have.shape) or new.device != have.device:
+                raise ValueError(f"{what} is {tuple(new.shape)} on {new.device}; this product "
+                                 f"was prepared for {tuple(have.shape)} on {have.device}: "
+                                 "prepare another one")
+            if new.data_ptr() != have.data_ptr():
+                have.copy_(new)
+        self._fn()
+        return self.out
+
+    def __repr__(self):
+        (M, K), N = self.a.shape, self.b.shape[1]
+        return (f"Prepared({self.kernel!r}, {M}x{N}x{K} {_dt(self.a.dtype)}, "
+                f"mode={self.mode!r})")
+
+
+def prepare(kernel, a, b, out=None, *, graph=False):
+    """``a @ b`` with ``kernel``, made ready to repeat: returns a :class:`Prepared` callable.
+
+    ``gl.matmul`` validates its arguments, allocates the output and goes through the
+    kernel's launcher (Triton binds and specialises arguments, numba dispatches on their
+    types) on every call: tens of microseconds of Python, longer than a small product takes
+    on the GPU. ``prepare`` does all of it once, checks the result, and keeps the launch:
+
+        p = gl.prepare("k07_triton_swizzle", a, b)
+        c = p()                  # a @ b into p.out; p() again after a.copy_(new_values)
+
+    ``graph=True`` (a CUDA GPU only) captures the call in a CUDA graph
+    (``torch.cuda.CUDAGraph``), so a call is one ``replay()``. Operands keep their memory:
+    write new values into ``a`` and ``b`` in place, never rebind them. ``out``: as in
+    :func:`matmul`, or None for a new tensor.
+    """
+    entry = _entry(kernel)
+    _validate(a, b, entry)
+    M, N = a.shape[0], b.shape[1]
+    if out is None:
+        out = torch.empty(M, N, dtype=a.dtype, device=a.device)
+    else:
+        _check_out(out, a, M, N)
+    if not isinstance(graph, bool):
+        raise TypeError(f"graph must be True or False, got {graph!r}")
+    if graph and not _backend.on_gpu():
+        raise ValueError("graph=True captures a CUDA graph, which needs a CUDA GPU; this run "
+                         f"uses {_backend.engine()}: use graph=False (a call then re-runs "
+                         "the launcher)")
+
+    def launcher():
+        if _backend.on_gpu():
+            entry.launch(a, b, out)
+            return
+        from .guard import run as guarded
+        guarded(entry, "gl.prepare", 1, M, N, a.shape[1],
+                lambda _, rows: entry.launch(a[rows], b, out[rows]))
+
+    if not _backend.on_gpu():
+        launcher()
+        return Prepared(entry, a, b, out, "launcher", launcher)
+    if graph:
+        return Prepared(entry, a, b, out, "graph", *_capture(entry, launcher))
+    return Prepared(entry, a, b, out, *_record(entry, a, b, out, launcher))
+
+
+def _replay_safe(launches, tensors):
+    """Whether repeating ``launches`` (records ``(kind, kernel, args, launch config)``)
+    reads and writes only ``tensors``: every argument is a plain value or points into the
+    memory of one of them. A launcher that copied an operand (to make it contiguous, to pad
+    it, to widen its dtype) launched on the copy, which a replay would leave stale."""
+    if not launches:
+        return False
+    spans = [_storage_span(t) for t in tensors]
+    for launch in launches:
+        for x in launch[2]:
+            addr = _address(x)
+            if addr is False or (addr is not None
+                                 and not any(lo <= addr < hi for lo, hi in spans)):
+                return False
+    return True
+
+
+def _record(entry, a, b, out, launcher):
+    """(mode, function): the recorded launches when replaying them is safe, else the
+    launcher. Safe: every pointer a launch takes lies in a, b or out (the launcher made no
+    copy that a replay would leave stale), and a replay into an output full of NaN gives
+    the launcher's result bit for bit (nothing else, such as a zeroing, was needed)."""
+    launcher()                          # compiles, autotunes, fills the launchers' caches
+    out.fill_(float("nan"))
+    try:
+        with _Recorder() as rec:
+            launcher()
+    except Exception:                   # the recording hooks did not fit: keep the launcher
+        launcher()
+        return "launcher", launcher
+    if not rec.ok or not _replay_safe(rec.launches, (a, b, out)):
+        return "launcher", launcher
+    expect = out.clone()
+    out.fill_(float("nan"))
+    replay = _replayer(rec.launches)
+    try:
+        replay()
+        same = torch.equal(out, expect)
+    except Exception:                   # an internal API not as recorded: keep the launcher
+        same = False
+    if not same:
+        launcher()
+        return "launcher", launcher
+    return "replay", replay
+
+
+def _capture(entry, launcher):
+    """(function, graph): ``launcher`` captured in a CUDA graph, after warm-up calls on a
+    side stream (compilation, autotuning and first-call allocations stay out of it)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            launcher()
+    torch.cuda.current_stream().wait_stream(side)
+    g = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(g, capture_error_mode="thread_local"):
+            launcher()
+    except Exception as exc:
+        raise RuntimeError(f"{entry.name}'s launch could not be captured in a CUDA graph "
+                           f"({type(exc).__name__}: {exc}); use graph=False") from exc
+    g.replay()
+    return g.replay, g
 
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None,

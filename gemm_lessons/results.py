@@ -50,7 +50,8 @@ def read_csv(path=None):
 # (tests/test_figures.py fails when one differs), so no two texts can quote the same
 # measurement differently. The key: ``[file.csv] kernel [dtype] size field`` where size is
 # ``4096`` (a cube) or ``2048x11008x4096``, dtype defaults to the kernel's first row's, and
-# field is one of FIELD_FORMATS.
+# field is one of FIELD_FORMATS (``times_baseline``: ms / baseline_ms, for costs where more
+# is worse, as in ``h200_launch_cost.csv``'s host times).
 FIELD_FORMATS = {
     "ratio": lambda r: f"{r.ratio:.2f}",
     "tflops": lambda r: f"{r.tflops:.1f}",
@@ -58,7 +59,12 @@ FIELD_FORMATS = {
     "ms": lambda r: f"{r.ms:.3f}",
     "baseline_ms": lambda r: f"{r.baseline_ms:.3f}",
     "us": lambda r: f"{r.ms * 1e3:.1f}",
+    "times_baseline": lambda r: _times(r.ms / r.baseline_ms),    # the inverse of ratio
 }
+
+
+def _times(x):
+    return f"{x:.2f}" if x < 1 else f"{x:.1f}"
 
 
 class FigureError(KeyError):
@@ -82,6 +88,9 @@ def figure(key: str) -> str:
                           f"{', '.join(FIELD_FORMATS)}")
     dims = [int(x) for x in size.split("x")]
     M, N, K = dims * 3 if len(dims) == 1 else dims
+    if path is not None and not path.exists():
+        raise FigureError(f"figure key {key!r}: gemm_lessons/results/{path.name} does not "
+                          "exist (it is written on a GPU by the tool that records it)")
     rows, _, _ = _read_cached(str(path) if path else None)
     hits = [r for _, r in rows if r.kernel == kernel and (r.M, r.N, r.K) == (M, N, K)
             and (not dtype or dtype_name(r.dtype) == dtype[0])]

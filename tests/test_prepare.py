@@ -1,0 +1,196 @@
+"""gl.prepare: the product resolved once, re-run on the same operands; and gl.matmul's
+cached checks still refuse bad input on every call."""
+import pytest
+import torch
+
+import gemm_lessons as gl
+from gemm_lessons import api, harness
+
+DEV = gl.device()
+KERNELS = [("k01_coalesced", torch.float32), ("k07_triton_swizzle", torch.float16)]
+
+
+def operands(dtype, M=19, K=13, N=11, seed=0):
+    return harness.make_operands(M, N, K, dtype, seed=seed)
+
+
+def assert_product(c, a, b):
+    ok, rel, _ = harness.compare(c, harness.reference(a, b), a, b, a.dtype)
+    assert ok, f"relative error {rel:.1e}"
+
+
+@pytest.mark.parametrize("kernel, dtype", KERNELS)
+def test_prepared_call_gives_matmul_result_and_sees_new_values(kernel, dtype):
+    a, b = operands(dtype)
+    out = torch.full((a.shape[0], b.shape[1]), float("nan"), dtype=dtype, device=DEV)
+    p = gl.prepare(kernel, a, b, out=out)
+    assert p.out is out and p.a is a and p.b is b
+    out.fill_(float("nan"))                       # prepare ran it once: poison again
+    c = p()
+    assert c is out and torch.equal(c, gl.matmul(a, b, kernel))
+    a2, b2 = operands(dtype, seed=1)
+    a.copy_(a2)                                   # new values, same memory
+    out.fill_(float("nan"))
+    assert_product(p(), a2, b)
+    out.fill_(float("nan"))
+    assert_product(p(b=b2), a2, b2)               # passed: copied into p.b, then run
+    assert torch.equal(b, b2)
+
+
+def test_prepared_on_strided_operands():
+    a = operands(torch.float32, M=13, K=19)[0].t()          # (19, 13), column-major
+    b = torch.randn(17, 15, device=DEV)[2:15, 1:12]         # (13, 11), sliced
+    p = gl.prepare("k01_coalesced", a, b)
+    p.out.fill_(float("nan"))
+    assert_product(p(), a, b)
+
+
+def test_prepare_refuses_bad_operands():
+    a, b = operands(torch.float32)
+    with pytest.raises(ValueError, match="a.shape\\[1\\] must equal"):
+        gl.prepare("k01_coalesced", a, b.t())
+    with pytest.raises(TypeError, match="takes float32"):
+        gl.prepare("k01_coalesced", a.double(), b.double())
+    with pytest.raises(ValueError, match="out must be"):
+        gl.prepare("k01_coalesced", a, b, out=torch.empty(3, 3, device=DEV))
+    with pytest.raises(TypeError, match="graph must be True or False"):
+        gl.prepare("k01_coalesced", a, b, graph="yes")
+
+
+def test_prepared_call_refuses_mismatched_operands():
+    a, b = operands(torch.float32)
+    p = gl.prepare("k01_coalesced", a, b)
+    with pytest.raises(ValueError, match=r"prepared for \(19, 13\)"):
+        p(a=torch.randn(13, 19, device=DEV))
+    with pytest.raises(TypeError, match="dtype float16; this product was prepared for float32"):
+        p(b=b.half())
+    with pytest.raises(TypeError, match="must be a torch.Tensor"):
+        p(a=[[1.0]])
+
+
+@pytest.mark.skipif(gl.backend() == "cuda", reason="off the GPU only")
+def test_graph_needs_a_gpu():
+    a, b = operands(torch.float32)
+    with pytest.raises(ValueError, match="needs a CUDA GPU.*use graph=False"):
+        gl.prepare("k01_coalesced", a, b, graph=True)
+    assert gl.prepare("k01_coalesced", a, b).mode == "launcher"
+
+
+@pytest.mark.skipif(gl.backend() != "cuda", reason="needs a GPU")
+@pytest.mark.parametrize("kernel, dtype", KERNELS + [("k06_wgmma", torch.float16)])
+@pytest.mark.parametrize("graph", [False, True])
+def test_prepared_on_the_gpu(kernel, dtype, graph):
+    if not gl.runs_here(kernel):
+        pytest.skip(f"{kernel} does not run on this GPU")
+    a, b = operands(dtype, M=300, K=200, N=260)
+    p = gl.prepare(kernel, a, b, graph=graph)
+    assert p.mode in (("graph",) if graph else ("replay", "launcher"))
+    a2, _ = operands(dtype, M=300, K=200, N=260, seed=3)
+    a.copy_(a2)
+    p.out.fill_(float("nan"))
+    c = p()
+    torch.cuda.synchronize()
+    assert_product(c, a2, b)
+
+
+@pytest.mark.skipif(gl.backend() != "cuda", reason="needs a GPU")
+@pytest.mark.parametrize("graph", [False, True])
+def test_a_launcher_that_copies_is_not_replayed(graph):
+    # k06_wgmma pads K = 203 to 208 in a zeroed copy of A and B: a replay of the recorded
+    # launch would read the copy made at prepare time, so the prepared call re-runs the
+    # launcher (or, as a graph, replays the copy too)
+    if not gl.runs_here("k06_wgmma"):
+        pytest.skip("k06_wgmma does not run on this GPU")
+    a, b = operands(torch.float16, M=130, K=203, N=120)
+    p = gl.prepare("k06_wgmma", a, b, graph=graph)
+    assert p.mode == ("graph" if graph else "launcher")
+    a2, b2 = operands(torch.float16, M=130, K=203, N=120, seed=4)
+    a.copy_(a2)
+    b.copy_(b2)
+    p.out.fill_(float("nan"))
+    c = p()
+    torch.cuda.synchronize()
+    assert_product(c, a2, b2)
+
+
+def test_matmul_checks_every_call_after_the_first():
+    a, b = operands(torch.float32)
+    gl.matmul(a, b, "k01_coalesced")              # validated once: the fast path from here
+    with pytest.raises(ValueError, match="a.shape\\[1\\] must equal"):
+        gl.matmul(a, a, "k01_coalesced")
+    with pytest.raises(ValueError, match="must be 2-D"):
+        gl.matmul(a[None], b, "k01_coalesced")
+    with pytest.raises(ValueError, match="empty"):
+        gl.matmul(a[:0], b, "k01_coalesced")
+    with pytest.raises(TypeError, match="differ in dtype"):
+        gl.matmul(a, b.half(), "k01_coalesced")
+    with pytest.raises(TypeError, match="takes float32"):
+        gl.matmul(a.half(), b.half(), "k01_coalesced")
+
+
+def test_replay_is_refused_when_a_launch_reads_a_copy():
+    a, b = operands(torch.float32)
+    out = torch.empty(a.shape[0], b.shape[1], device=DEV)
+    launch = lambda *args: [("triton", None, args, None)]
+    safe = lambda *args: api._replay_safe(launch(*args), (a, b, out))
+    assert safe(a, b, out, 19, 11, 13, "ieee", None)
+    assert safe(a[3:], b.t(), out[:, 2:], 1.5)               # views of the operands
+    assert not safe(a.contiguous().clone(), b, out)          # a copy: a replay reads stale data
+    assert not safe(a, b, torch.empty_like(out))             # a workspace
+    assert not safe(a, b, out, object())                     # an argument it cannot place
+    assert not api._replay_safe([], (a, b, out))             # nothing recorded
+
+
+def _launch_cost_tool():
+    import importlib.util
+    from pathlib import Path
+    path = Path(__file__).resolve().parents[1] / "tools" / "launch_cost.py"
+    spec = importlib.util.spec_from_file_location("launch_cost", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_launch_cost_tool_parses_sizes_and_needs_a_gpu():
+    tool = _launch_cost_tool()
+    assert tool.dims("64") == (64, 64, 64)
+    assert tool.dims("16x4096x1024") == (16, 4096, 1024)
+    import argparse
+    for bad in ("0", "3x4", "a"):
+        with pytest.raises(argparse.ArgumentTypeError, match="MxNxK"):
+            tool.dims(bad)
+    if gl.backend() != "cuda":
+        with pytest.raises(SystemExit, match="need a CUDA GPU"):
+            tool.main(["--size", "64"])
+
+
+def test_recorded_triton_launch_replays_with_the_current_stream(monkeypatch):
+    # Triton's launcher object, faked: what _Recorder sees of a launch and what a replay
+    # passes back (the stream of the moment, no launch metadata or hooks)
+    from triton.runtime import driver
+    calls = []
+
+    class FakeLauncher:
+        def __call__(self, g0, g1, g2, stream, function, packed, meta, enter, exit_, *args):
+            calls.append((g0, g1, g2, stream, function, packed, meta, enter, exit_))
+            a, b, out = args[:3]
+            out.copy_(a @ b)
+
+    monkeypatch.setattr(type(driver), "active",
+                        property(lambda self: type("Fake", (), {"launcher_cls": FakeLauncher})))
+    a, b = operands(torch.float32)
+    out = torch.full((a.shape[0], b.shape[1]), float("nan"))
+    launcher = FakeLauncher()
+    real_call = FakeLauncher.__call__
+    with api._Recorder() as rec:
+        launcher(4, 1, 1, 111, "fn", "meta", "launch meta", "enter", "exit", a, b, out, 19, "tf32")
+    assert FakeLauncher.__call__ is real_call                  # the hook is removed on exit
+    assert [r[0] for r in rec.launches] == ["triton"]
+    assert rec.launches[0][2] == (a, b, out, 19, "tf32")
+    assert api._replay_safe(rec.launches, (a, b, out))
+    monkeypatch.setattr(api, "_cuda_stream", lambda: 222)
+    a.mul_(-1.0)                                               # new values, same memory
+    out.fill_(float("nan"))
+    api._replayer(rec.launches)()
+    assert calls[-1] == (4, 1, 1, 222, "fn", "meta", None, None, None)
+    assert torch.equal(out, a @ b)
