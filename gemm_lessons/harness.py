@@ -283,28 +283,62 @@ def time_cuda(fn, *, min_batch_ms=20.0, batches=15, warmup=2):
                           warmup=warmup)[0]
 
 
-def time_cuda_pair(fn, ref, *, min_batch_ms=20.0, batches=15, warmup=2):
+def time_cuda_pair(fn, ref, *, min_batch_ms=20.0, batches=15, warmup=2, graph=False):
     """Median milliseconds per call of ``fn()`` and of ``ref()`` (or None), their batches
     *interleaved*: fn, ref, fn, ref, ... A GPU's clock drifts with its temperature over a
     run; timing the two side by side gives both the same conditions, so their ratio is fair
     (timing all of one and then all of the other lets the drift pass for a speed-up)."""
     fns = {"fn": fn} if ref is None else {"fn": fn, "ref": ref}
-    ms = time_cuda_many(fns, min_batch_ms=min_batch_ms, batches=batches, warmup=warmup)
+    ms = time_cuda_many(fns, min_batch_ms=min_batch_ms, batches=batches, warmup=warmup,
+                        graph=graph)
     return ms["fn"], ms.get("ref")
 
 
-def time_cuda_many(fns, *, min_batch_ms=20.0, batches=15, warmup=2):
+def cuda_graph_of(fn, calls):
+    """A CUDA graph of ``calls`` calls of ``fn`` (``torch.cuda.CUDAGraph``): one ``replay()``
+    queues them all with one host call, so the GPU runs them back to back without waiting
+    for Python. Call ``fn`` once before (compilation, autotuning and workspace allocation
+    cannot happen inside a capture)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):      # capture needs the work of its stream settled
+        fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    try:
+        with torch.cuda.graph(graph):
+            for _ in range(calls):
+                fn()
+    except Exception as e:      # noqa: BLE001  (re-raised with what failed)
+        raise RuntimeError(f"could not capture {fn!r} in a CUDA graph (a call that "
+                           f"synchronizes or allocates outside torch cannot be captured): "
+                           f"{e}") from e
+    torch.cuda.synchronize()
+    return graph
+
+
+def time_cuda_many(fns, *, min_batch_ms=20.0, batches=15, warmup=2, graph=False):
     """{name: median milliseconds per call} of every callable in ``fns`` (a dict), their
-    batches interleaved round-robin, as :func:`time_cuda_pair` does for two."""
+    batches interleaved round-robin, as :func:`time_cuda_pair` does for two.
+
+    ``graph=True`` times the GPU alone: each callable's batch is captured once in a CUDA
+    graph (:func:`cuda_graph_of`) and the batches are graph replays, so the host's cost per
+    call (Python, argument binding, the driver's launch) is out of the figure, for every
+    callable alike. Without it a call costs max(host, GPU): on a small product the host."""
     for f in fns.values():
         for _ in range(warmup):
             f()
     torch.cuda.synchronize()
     inner = {k: _batch_size(f, min_batch_ms) for k, f in fns.items()}
+    if graph:
+        graphs = {k: cuda_graph_of(f, inner[k]) for k, f in fns.items()}
+        fns = {k: g.replay for k, g in graphs.items()}
+        calls, inner = inner, {k: 1 for k in fns}
     per_call = {k: [] for k in fns}
     for _ in range(batches):
         for k, f in fns.items():
-            per_call[k].append(_time_batch(f, inner[k]))
+            ms = _time_batch(f, inner[k])
+            per_call[k].append(ms / calls[k] if graph else ms)
     return {k: statistics.median(v) for k, v in per_call.items()}
 
 
@@ -366,9 +400,12 @@ SIMULATOR_NOTE = ("timings need a GPU: the simulator runs each CUDA thread as a 
                   "thread, so its times say nothing about the kernel")
 
 
-def bench(run, name, M, N=None, K=None, dtype=torch.float32, *, seed=0, baseline=True):
+def bench(run, name, M, N=None, K=None, dtype=torch.float32, *, seed=0, baseline=True,
+          graph=False):
     """Time ``run(a, b, out)`` on an M x N x K product and, in the same call, cuBLAS of the
-    same precision. Returns a :class:`BenchResult`; on the simulator nothing is timed."""
+    same precision. Returns a :class:`BenchResult`; on the simulator nothing is timed.
+    ``graph=True``: GPU time only, both sides replayed from CUDA graphs
+    (:func:`time_cuda_many`)."""
     N = M if N is None else N
     K = M if K is None else K
     res = BenchResult(name, dtype, M, N, K)
@@ -379,5 +416,6 @@ def bench(run, name, M, N=None, K=None, dtype=torch.float32, *, seed=0, baseline
     out = torch.empty(M, N, dtype=dtype, device=a.device)
     ref_out = torch.empty_like(out)
     res.ms, res.baseline_ms = time_cuda_pair(
-        lambda: run(a, b, out), (lambda: cublas_matmul(a, b, ref_out)) if baseline else None)
+        lambda: run(a, b, out), (lambda: cublas_matmul(a, b, ref_out)) if baseline else None,
+        graph=graph)
     return res

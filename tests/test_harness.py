@@ -107,3 +107,27 @@ def test_fp16_subnormal_results_are_judged_by_their_absolute_step():
     assert ok, (rel, out[0, 0].item(), ref[0, 0].item())
     out[0, 0] += 2 ** -22            # four subnormal steps off: wrong
     assert not harness.compare(out, ref, a, b, torch.float16)[0]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="CUDA graphs need a CUDA GPU")
+def test_graph_timing_replays_the_calls_and_refuses_what_cannot_be_captured():
+    a = torch.randn(64, 64, device="cuda")
+    out = torch.empty_like(a)
+    calls = []
+
+    def mm():
+        calls.append(1)
+        torch.mm(a, a, out=out)
+
+    ms = harness.time_cuda_many({"mm": mm}, min_batch_ms=1.0, batches=3, graph=True)
+    assert ms["mm"] > 0
+    graph = harness.cuda_graph_of(mm, 3)
+    assert len(calls) >= 4                  # one call before the capture, three captured
+    n = len(calls)
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert len(calls) == n                  # a replay runs the kernels, not the Python
+    assert torch.allclose(out, a.double().mm(a.double()).float(), rtol=1e-3, atol=1e-3)
+    with pytest.raises(RuntimeError, match="CUDA graph"):
+        harness.cuda_graph_of(lambda: torch.cuda.synchronize(), 2)
