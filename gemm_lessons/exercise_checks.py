@@ -871,6 +871,228 @@ def ex06_budget(pipeline_smem, max_stages):
     return "pipeline_smem and max_stages: right on 22 configurations"
 
 
+# Exercise 3: the N-stage pipeline. The check launches the learner's kernel itself (tiles
+# of 32 x 32 x 16, one warp per block, operands zero-padded to whole tiles).
+_MS_TILE = (32, 32, 16)
+
+
+def _ms_launch(kernel, a, b, c):
+    BM, BN, BK = _MS_TILE
+    M, K = a.shape
+    N = b.shape[1]
+    Mp, Np, Kp = _cdiv(M, BM) * BM, _cdiv(N, BN) * BN, _cdiv(K, BK) * BK
+    A = torch.zeros(Mp, Kp, dtype=a.dtype)
+    A[:M, :K] = a
+    B = torch.zeros(Kp, Np, dtype=b.dtype)
+    B[:K, :N] = b
+    Cp = torch.full((Mp, Np), float("nan"), dtype=c.dtype)
+    kernel[(Np // BN, Mp // BM), 32](engines.as_numba(A), engines.as_numba(B),
+                                     engines.as_numba(Cp), Kp // BK)
+    c.copy_(Cp[:M, :N])
+
+
+class _TileLog:
+    """Which K-tile each copy belongs to and which tile each tensor-core read finds in its
+    stage, per thread (beside :func:`pipeline_audit`, whose intrinsics it wraps again)."""
+
+    def __init__(self, audit, BM, BK):
+        self.audit, self.BM, self.BK = audit, BM, BK
+        self.lock = threading.Lock()
+        self.copies = defaultdict(lambda: defaultdict(int))   # block -> (operand, chunk) -> n
+        self.held = {}                                       # (block, thread, stage) -> tile
+        self.seq = defaultdict(list)                         # (block, thread) -> tiles read
+        self.depth = 0          # most groups with copies in flight during a read, any thread
+
+    def tile_of(self, dst, si):
+        # sA is (STAGES, BM, LDA): K runs along the source's columns; sB along its rows
+        a_side = int(dst.shape[1]) == self.BM
+        return ("A" if a_side else "B"), int(si[1] if a_side else si[0]) // self.BK
+
+    def issue(self, dst, di, si):
+        blk, tid, _ = _me()
+        side, tile = self.tile_of(dst, si)
+        with self.lock:
+            self.copies[blk][(side, tuple(int(i) for i in si))] += 1
+            self.held[(blk, tid, int(di[0]))] = tile
+
+    def read(self, idx):
+        blk, tid, _ = _me()
+        tile = self.held.get((blk, tid, int(idx[0])))
+        flying = sum(1 for g in self.audit._state()["groups"] if g)
+        with self.lock:
+            self.depth = max(self.depth, flying)
+            seq = self.seq[(blk, tid)]
+            if not seq or seq[-1] != tile:
+                seq.append(tile)
+
+    def problem(self, k_tiles, chunks_per_tile):
+        """The first copy or stage-order mistake, as a message, or None."""
+        for blk, seen in self.copies.items():
+            twice = sorted((self.tile_of_key(side, si), side)
+                           for (side, si), n in seen.items() if n > 1)
+            if twice:
+                return (f"block {blk[:2]}: K-tile {twice[0][0]} of {twice[0][1]} is copied twice: "
+                        "the prologue issues tiles 0 .. STAGES - 2, and step t issues the tile "
+                        "STAGES - 1 ahead of t, each tile once")
+            tiles = defaultdict(int)
+            for (s, si), n in seen.items():
+                tiles[self.tile_of_key(s, si)] += n
+            missing = [t for t in range(k_tiles) if tiles.get(t, 0) < chunks_per_tile]
+            if missing:
+                return (f"block {blk[:2]}: K-tile {missing[0]} is never copied (of "
+                        f"{k_tiles} tiles): the prologue issues tiles 0 .. STAGES - 2, then "
+                        "step t issues the tile STAGES - 1 ahead of t")
+        for (blk, tid), seq in sorted(self.seq.items()):
+            if seq != list(range(k_tiles)):
+                t = next((i for i, (x, y) in enumerate(zip(seq, range(k_tiles))) if x != y),
+                         min(len(seq), k_tiles))
+                got = seq[t] if t < len(seq) else None
+                return (f"the ring-buffer stage index: thread {tid} of block {blk[:2]} computes "
+                        f"on a stage holding K-tile {got} at step {t} (it should hold tile {t}): "
+                        "tile t lives in stage t % STAGES")
+        return None
+
+    def tile_of_key(self, side, si):
+        return (si[1] if side == "A" else si[0]) // self.BK
+
+
+@contextlib.contextmanager
+def _tile_log(audit, BM, BK):
+    from . import ptx
+    log = _TileLog(audit, BM, BK)
+    names = ("cp_async16", "cp_async16_zfill", "cp_async_ca")
+    audited = {n: getattr(ptx, n) for n in names if hasattr(ptx, n)}
+
+    def wrap_copy(fn):
+        def copy(dst, di, src, si, *rest):
+            fn(dst, di, src, si, *rest)
+            log.issue(dst, di, si)
+        return copy
+
+    audit_read = audit.read
+
+    def read(arr, idx):
+        log.read(idx)
+        audit_read(arr, idx)
+
+    for n, fn in audited.items():
+        setattr(ptx, n, wrap_copy(fn))
+    audit.read = read
+    try:
+        yield log
+    finally:
+        for n, fn in audited.items():
+            setattr(ptx, n, fn)
+        del audit.read
+
+
+def ex06_multistage(make_multistage):
+    """Lesson 06, exercise 3: the prologue and loop of an N-stage pipeline, built with 3 and
+    4 stages. Each K-tile copied once, tile t read from stage t % STAGES, no race under
+    random landing, and STAGES - 1 tiles in flight while the tensor cores compute."""
+    from . import ptx
+    BM, BN, BK = _MS_TILE
+    long_k = harness.Case("long K", 24, 40, 100,
+                          hint="the pipeline over 7 tiles: is every tile waited for?")
+    cases = _small_suite(("ragged", "K=1")) + [long_k]
+    chunks = BM * BK // 8 + BK * BN // 8          # 16-byte chunks of A and B in one K-tile
+    for stages, seeds in ((3, (None, 1)), (4, (2, 3))):
+        with _answer(f"make_multistage({stages})", seconds=20):
+            kernel = make_multistage(stages)
+        depth = 0
+        for seed in seeds:
+            for case in cases:
+                ctx = (ptx.cp_async_landing("random", seed=seed) if seed is not None
+                       and hasattr(ptx, "cp_async_landing") else contextlib.nullcontext())
+                with ctx, pipeline_audit() as audit, _tile_log(audit, BM, BK) as log:
+                    try:
+                        check_product(lambda a, b, c: _ms_launch(kernel, a, b, c),
+                                      f"make_multistage({stages})", (torch.float16,), [case],
+                                      audit=audit)
+                        err = None
+                    except ExerciseError as e:
+                        err = e
+                mine = log.problem(_cdiv(case.K, BK), chunks)
+                if mine:
+                    raise ExerciseError(f"make_multistage({stages}), {case}: {mine}")
+                if err is not None:
+                    raise ExerciseError(f"STAGES = {stages}: {err}")
+                if case is long_k:
+                    depth = max(depth, log.depth)
+        if depth != stages - 1:
+            raise ExerciseError(
+                f"make_multistage({stages}) is right, but {HINTS['wait'].split(':')[0]} or the "
+                f"issue: at most {depth} tile{'s' if depth != 1 else ''} in flight while the "
+                "tensor cores compute, where "
+                f"{stages} stages keep {stages - 1} in flight (the wait should leave every tile "
+                "after t in flight, and the next tile is issued before compute)")
+    return (f"make_multistage: correct with 3 and 4 stages on {len(cases)} shapes (float16); "
+            "each tile copied once and read from its stage, STAGES - 1 tiles in flight, no race "
+            "found")
+
+
+# Exercise 4: the 128-byte swizzle, against ptx_hopper.swizzled_offset.
+def _swizzled_byte(row, col, rows):
+    from .ptx_hopper import swizzled_offset
+    return (col // 64) * rows * 128 + swizzled_offset(row * 128 + (col % 64) * 2)
+
+
+def ex06_swizzle(swizzled_byte):
+    """Lesson 06, exercise 4: the byte offset of element (row, col) of an fp16 tile stored
+    in 128-byte-swizzle atoms (8 rows x 64 columns), as wgmma and TMA read it."""
+    import random
+    from collections import Counter
+    rng = random.Random(6)
+    shapes = [(8, 64), (16, 128), (64, 64), (64, 256), (128, 64)]
+    samples = [(r, c, rows) for rows, cols in shapes[:3] for r in range(rows)
+               for c in range(cols)]
+    samples += [(rng.randrange(rows), rng.randrange(cols), rows) for rows, cols in shapes
+                for _ in range(400)]
+    with _answer("swizzled_byte", seconds=20):
+        got = {s: swizzled_byte(*s) for s in samples}
+    for s, off in got.items():
+        if not isinstance(off, int) and not (hasattr(off, "__index__")):
+            raise ExerciseError(f"swizzled_byte{s} = {off!r}: a byte offset is an integer "
+                                "(use // and %, not /)")
+    bad = [(s, got[s], _swizzled_byte(*s)) for s in samples if got[s] != _swizzled_byte(*s)]
+    if not bad:
+        return (f"swizzled_byte: right on {len(samples)} elements of {len(shapes)} tiles; "
+                "8 rows of a chunk column in 8 different groups of 4 banks")
+    (row, col, rows), off, want = bad[0]
+    where = f"swizzled_byte({row}, {col}, rows={rows}) = {off}, expected {want}"
+    # name the mistake from the answer's shape on whole atoms
+    for (r, c, rs), o in got.items():
+        if c % 8 < 7 and (r, c + 1, rs) in got and got[(r, c + 1, rs)] - o != 2:
+            raise ExerciseError(f"{where}: elements {c} and {c + 1} of row {r} are "
+                                f"{got[(r, c + 1, rs)] - o} bytes apart: 2 bytes an element "
+                                "(fp16), and the byte inside a 16-byte chunk, (col % 8) * 2, "
+                                "is not swizzled")
+    for (r, c, rs), o in got.items():
+        if r < 8 and o // (rs * 128) != c // 64:      # the first atom: no row % 8 question
+            raise ExerciseError(f"{where}: column {c} lies in 64-column block {c // 64}, which "
+                                f"starts at byte {c // 64} x rows x 128 = {c // 64 * rs * 128}; "
+                                f"the answer puts it at {o} (the 64-column blocks lie one after "
+                                "the other, each rows x 128 bytes)")
+    for (r, c, rs), o in got.items():
+        if o % (rs * 128) // 128 != r:
+            raise ExerciseError(f"{where}: element ({r}, {c}) lands in row {o % (rs * 128) // 128} "
+                                "of its block: the XOR uses the row inside the 8-row atom "
+                                "(row % 8), so that a chunk never leaves its 128-byte row")
+    for rows, cols in shapes[:3]:
+        for c in range(0, cols, 8):
+            for r0 in range(0, rows, 8):
+                places = Counter(got[(r, c, rows)] % 128 // 16 for r in range(r0, r0 + 8))
+                if len(places) < 8:
+                    raise ExerciseError(
+                        f"{where}: no swizzle: the 8 rows {r0}..{r0 + 7} of column chunk "
+                        f"{c // 8} sit in {len(places)} chunk position(s) of their rows: "
+                        f"{max(places.values())} of them share the same 4 banks (a "
+                        f"{max(places.values())}-way bank conflict when the tensor cores read "
+                        "them); chunk c of row r goes to chunk c XOR (r % 8)")
+    raise ExerciseError(f"{where}: conflict-free, but not the hardware's swizzle: chunk c of "
+                        "row r is stored at chunk c XOR (r % 8) (an XOR, not a rotation)")
+
+
 # ------------------------------------------------------------------ lesson 07
 def _grouped(pid, num_pid_m, num_pid_n, g):
     in_group = g * num_pid_n
