@@ -1086,8 +1086,8 @@ def ex06_swizzle(swizzled_byte):
                     raise ExerciseError(
                         f"{where}: no swizzle: the 8 rows {r0}..{r0 + 7} of column chunk "
                         f"{c // 8} sit in {len(places)} chunk position(s) of their rows: "
-                        f"{max(places.values())} of them share the same 4 banks (a "
-                        f"{max(places.values())}-way bank conflict when the tensor cores read "
+                        f"{max(places.values())} of them share the same 4 banks (a bank "
+                        f"conflict of {max(places.values())} ways when the tensor cores read "
                         "them); chunk c of row r goes to chunk c XOR (r % 8)")
     raise ExerciseError(f"{where}: conflict-free, but not the hardware's swizzle: chunk c of "
                         "row r is stored at chunk c XOR (r % 8) (an XOR, not a rotation)")
@@ -1203,6 +1203,54 @@ def ex07_wave(first_wave):
     grouped = first_wave(8192, 8192, 128, 256, 8, 132, _grouped)
     return (f"my_first_wave: right on 30 grids and waves. 8192 x 8192, one wave of 132: "
             f"row-major {rows[0]} + {rows[1]} strips, grouped {grouped[0]} + {grouped[1]}")
+
+
+def ex07_program_of(program_of):
+    """Lesson 07, exercise 4: the inverse of the grouped order, (pid_m, pid_n) -> pid, in
+    closed form (a search over programs is too slow on a large grid)."""
+    import random
+    grids = 0
+    for num_pid_m in range(1, 12):
+        for num_pid_n in range(1, 9):
+            for g in (1, 2, 3, 4, 8):
+                grids += 1
+                want = {_grouped(p, num_pid_m, num_pid_n, g): p
+                        for p in range(num_pid_m * num_pid_n)}
+                with _answer("my_program_of", seconds=20):
+                    got = {t: program_of(*t, num_pid_m, num_pid_n, g) for t in want}
+                bad = [(t, got[t], p) for t, p in want.items() if got[t] != p]
+                if not bad:
+                    continue
+                (m, n), pid, p = bad[0]
+                rowmajor = all(got[(i, j)] == i * num_pid_n + j for i, j in want)
+                ragged = all(got[(i, j)] == (i // g * g) * num_pid_n + j * g + i % g
+                             for i, j in want)
+                why = (" (that is row-major order)" if rowmajor else
+                       " (the grouped order with every group group_size_m rows high: the "
+                       "last, ragged group has only num_pid_m - first_pid_m rows)" if ragged else
+                       " (the groups above the tile's hold group_size_m * num_pid_n programs "
+                       "each; inside a group, consecutive programs walk down a column of tiles)")
+                raise ExerciseError(
+                    f"{HINTS['order']}: grid {num_pid_m} x {num_pid_n}, group_size_m={g}: "
+                    f"my_program_of({m}, {n}, ...) = {pid}, but program {p} computes tile "
+                    f"({m}, {n}) in the grouped order{why}")
+    # a large grid, tiles sampled: a closed form answers at once, a search does not
+    rng = random.Random(7)
+    num_pid_m, num_pid_n, g = 3001, 2003, 8
+    pids = [rng.randrange(num_pid_m * num_pid_n) for _ in range(300)]
+    with _answer(f"my_program_of on {len(pids)} tiles of a 3001 x 2003 grid (compute the "
+                 "program from the tile's group in a few operations, without a search over "
+                 "programs)", seconds=5):
+        for p in pids:
+            t = _grouped(p, num_pid_m, num_pid_n, g)
+            got = program_of(*t, num_pid_m, num_pid_n, g)
+            if got != p:
+                raise ExerciseError(f"{HINTS['order']}: grid {num_pid_m} x {num_pid_n}, "
+                                    f"group_size_m={g}: my_program_of{t} = {got}, expected {p}")
+    nine = {t: program_of(*t, 9, 9, 3) for t in ((0, 8), (8, 0), (8, 8))}
+    return (f"my_program_of: the inverse of the grouped order on {grids + 1} grids, ragged "
+            f"groups included. 9 x 9 tiles, group_size_m = 3: tile (0, 8) is program "
+            f"{nine[(0, 8)]}, (8, 0) is {nine[(8, 0)]}, (8, 8) is {nine[(8, 8)]}")
 
 
 # ------------------------------------------------------------------ lesson 08
