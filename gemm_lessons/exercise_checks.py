@@ -1016,7 +1016,7 @@ def ex06_multistage(make_multistage):
                 if mine:
                     raise ExerciseError(f"make_multistage({stages}), {case}: {mine}")
                 if err is not None:
-                    raise ExerciseError(f"STAGES = {stages}: {err}")
+                    raise err
                 if case is long_k:
                     depth = max(depth, log.depth)
         if depth != stages - 1:
