@@ -847,6 +847,33 @@ def _pipeline_smem(BM, BN, BK, stages, pad):
     return stages * (BM * (BK + pad) + BK * (BN + pad)) * 2
 
 
+def _budget_cause(pipeline_smem, BM, BN, BK):
+    """What a wrong pipeline_smem gets wrong, from how it answers a few probes (the formula
+    itself is not given away)."""
+    def f(stages, pad):
+        with _answer("pipeline_smem", seconds=10):
+            return pipeline_smem(BM, BN, BK, stages, pad=pad)
+    one, two = f(1, 0), f(2, 0)
+    if two != 2 * one:
+        return "each stage holds a tile of A and a tile of B: the budget grows with the stages"
+    plain = BM * BK + BK * BN
+    if one == 4 * plain:
+        return "2 bytes an element (fp16), not 4"
+    if one == plain:
+        return "a count of elements, not of bytes: 2 bytes an element"
+    if one != 2 * plain:
+        return ("the tiles' sizes: one stage holds a BM x BK tile of A and a BK x BN tile of B, "
+                "with no padding when pad = 0")
+    extra = f(1, 8) - one
+    if extra == 0:
+        return "the padding is left out: every row is pad elements longer"
+    if extra == BM * 8 * 2:
+        return "the padding of B is left out: the padding lengthens every row of both tiles"
+    if extra == BK * 8 * 2:
+        return "the padding of A is left out: the padding lengthens every row of both tiles"
+    return "the padding: it lengthens every row of both tiles, by pad elements"
+
+
 def ex06_budget(pipeline_smem, max_stages):
     """Lesson 06, exercise 2: the shared-memory budget of a pipeline."""
     for BM, BN, BK in ((128, 256, 32), (128, 128, 64), (64, 64, 32)):
@@ -857,8 +884,8 @@ def ex06_budget(pipeline_smem, max_stages):
                     got = pipeline_smem(BM, BN, BK, stages, pad=pad)
                 if got != want:
                     raise ExerciseError(f"pipeline_smem({BM}, {BN}, {BK}, {stages}, pad={pad}) = "
-                                        f"{got!r}, expected {want}: stages x (BM x (BK + pad) + "
-                                        "BK x (BN + pad)) elements of 2 bytes")
+                                        f"{got!r}, expected {want}: "
+                                        + _budget_cause(pipeline_smem, BM, BN, BK))
     for BM, BN, BK, limit in ((128, 256, 32, 227 * 1024), (128, 128, 32, 48 * 1024),
                               (64, 64, 64, 100 * 1024), (256, 128, 64, 227 * 1024)):
         want = limit // _pipeline_smem(BM, BN, BK, 1, 8)
@@ -1095,10 +1122,8 @@ def ex06_swizzle(swizzled_byte):
 
 # ------------------------------------------------------------------ lesson 07
 def _grouped(pid, num_pid_m, num_pid_n, g):
-    in_group = g * num_pid_n
-    first = (pid // in_group) * g
-    size = min(num_pid_m - first, g)
-    return first + (pid % in_group) % size, (pid % in_group) // size
+    from .common import grouped_order
+    return grouped_order(pid, num_pid_m, num_pid_n, g)
 
 
 def ex07_order(order):
@@ -1116,16 +1141,24 @@ def ex07_order(order):
                 missing = [(m, n) for m in range(num_pid_m) for n in range(num_pid_n)
                            if (m, n) not in seen]
                 if missing or len(seen) != len(tiles):
+                    outside = [t for t in tiles if not (0 <= t[0] < num_pid_m
+                                                        and 0 <= t[1] < num_pid_n)]
+                    twice = len(tiles) - len(seen)
                     raise ExerciseError(
                         f"grid {num_pid_m} x {num_pid_n} tiles, group_size_m={g}: tiles "
-                        f"{missing[:4]} are never computed and {len(tiles) - len(seen)} are "
-                        "computed twice" + (" (is the last, ragged group handled?)"
-                                            if num_pid_m % g else ""))
+                        f"{missing[:4]} are never computed"
+                        + (f", {twice} computed twice" if twice else "")
+                        + (f", programs get tiles outside the grid {outside[:4]}" if outside
+                           else "")
+                        + (" (is the last, ragged group handled?)" if num_pid_m % g else ""))
                 p = next(i for i, (x, y) in enumerate(zip(tiles, want)) if x != y)
+                rowmajor = tiles == [(q // num_pid_n, q % num_pid_n)
+                                     for q in range(num_pid_m * num_pid_n)]
                 raise ExerciseError(
                     f"{HINTS['order']}: grid {num_pid_m} x {num_pid_n}, group_size_m={g}: "
-                    f"program {p} gets tile {tiles[p]}, the grouped order gives {want[p]} "
-                    "(inside a group, consecutive programs walk down a column of tiles)")
+                    f"program {p} gets tile {tiles[p]}, the grouped order gives {want[p]}"
+                    + (" (that is row-major order: " if rowmajor else " (")
+                    + "inside a group, consecutive programs walk down a column of tiles)")
     return "my_grouped_order: the grouped order on 440 grids, ragged groups included"
 
 
@@ -1187,21 +1220,60 @@ def ex07_kernel(kernel):
     return f"{report}; partial K-tiles masked; tiles in grouped order"
 
 
+def _strips(M, N, BM, BN, g, programs, order, *, whole_grid=False, floor=False):
+    """(distinct pid_m, distinct pid_n) among the first programs, and some wrong variants."""
+    num_pid_m, num_pid_n = (M // BM, N // BN) if floor else (_cdiv(M, BM), _cdiv(N, BN))
+    count = num_pid_m * num_pid_n if whole_grid else min(programs, num_pid_m * num_pid_n)
+    tiles = [order(p, num_pid_m, num_pid_n, g) for p in range(count)]
+    return len({m for m, _ in tiles}), len({n for _, n in tiles})
+
+
+def _column_major(pid, num_pid_m, num_pid_n, group_size_m):
+    return pid % num_pid_m, pid // num_pid_m
+
+
 def ex07_wave(first_wave):
-    """Lesson 07, exercise 3: the L2 model of the first wave (given a correct tile order)."""
+    """Lesson 07, exercise 3: the L2 model of the first wave, for the tile order it is given
+    (the grouped order, and a column-major one that no copy of the lesson's function fits)."""
     from .kernels import k07_triton_swizzle as k07
-    for M, N in [(8192, 8192), (4096, 4096), (16384, 2048), (500, 700), (1024, 65536)]:
-        for g in (1, 4, 8):
-            for programs in (132, 7):
-                want = k07.first_wave(M, N, 128, 256, g, programs)
-                with _answer("my_first_wave", seconds=20):
-                    got = first_wave(M, N, 128, 256, g, programs, _grouped)
-                if tuple(got) != tuple(want):
-                    raise ExerciseError(f"{M} x {N}, GROUP_SIZE_M={g}, {programs} programs: got "
-                                        f"{got} (A strips, B strips), expected {tuple(want)}")
+    grids = 0
+    for order, name in ((_grouped, "grouped"), (_column_major, "column-major")):
+        for M, N in [(8192, 8192), (4096, 4096), (16384, 2048), (500, 700), (1024, 65536)]:
+            for g in (1, 4, 8):
+                for programs in (132, 7):
+                    grids += 1
+                    want = (k07.first_wave(M, N, 128, 256, g, programs) if order is _grouped
+                            else _strips(M, N, 128, 256, g, programs, order))
+                    with _answer("my_first_wave", seconds=20):
+                        got = tuple(first_wave(M, N, 128, 256, g, programs, order))
+                    if got == tuple(want):
+                        continue
+                    args = (M, N, 128, 256, g, programs, order)
+                    if order is _column_major and got == k07.first_wave(M, N, 128, 256, g,
+                                                                        programs):
+                        cause = ("the order passed in is not used: count the tiles that "
+                                 "order(pid, ...) gives, whatever the order")
+                    elif got == _strips(*args[:4], 1, programs, order) and g > 1:
+                        cause = (f"{HINTS['order']}: these are the strips of group_size_m = 1 "
+                                 "(row-major): pass group_size_m on to order")
+                    elif got == _strips(*args, whole_grid=True):
+                        cause = ("these are the strips of the whole grid, not of the first "
+                                 "wave: only the first `programs` programs run at once")
+                    elif got == tuple(reversed(want)):
+                        cause = ("A and B swapped: A's strips are the distinct pid_m, B's the "
+                                 "distinct pid_n")
+                    elif got == _strips(*args, floor=True):
+                        cause = (f"{HINTS['grid']}: a partial tile is a tile, "
+                                 "the grid is triton.cdiv(M, BM) x triton.cdiv(N, BN)")
+                    else:
+                        cause = ("count the distinct pid_m and pid_n among the tiles of "
+                                 "programs 0 .. programs - 1 (fewer when the grid is smaller)")
+                    raise ExerciseError(f"{M} x {N}, GROUP_SIZE_M={g}, {programs} programs, "
+                                        f"{name} order: got {got} (A strips, B strips), "
+                                        f"expected {tuple(want)}: {cause}")
     rows = first_wave(8192, 8192, 128, 256, 1, 132, _grouped)
     grouped = first_wave(8192, 8192, 128, 256, 8, 132, _grouped)
-    return (f"my_first_wave: right on 30 grids and waves. 8192 x 8192, one wave of 132: "
+    return (f"my_first_wave: right on {grids} grids and waves. 8192 x 8192, one wave of 132: "
             f"row-major {rows[0]} + {rows[1]} strips, grouped {grouped[0]} + {grouped[1]}")
 
 
