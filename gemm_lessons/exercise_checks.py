@@ -918,6 +918,11 @@ def _ms_launch(kernel, a, b, c):
     c.copy_(Cp[:M, :N])
 
 
+_ONCE = ("every tile is copied once, by the prologue or by one step of the loop (how many "
+         "tiles must be in flight when step 0 computes, and how far ahead of t is the tile "
+         "that step t issues?)")
+
+
 class _TileLog:
     """Which K-tile each copy belongs to and which tile each tensor-core read finds in its
     stage, per thread (beside :func:`pipeline_audit`, whose intrinsics it wraps again)."""
@@ -959,16 +964,14 @@ class _TileLog:
                            for (side, si), n in seen.items() if n > 1)
             if twice:
                 return (f"block {blk[:2]}: K-tile {twice[0][0]} of {twice[0][1]} is copied twice: "
-                        "the prologue issues tiles 0 .. STAGES - 2, and step t issues the tile "
-                        "STAGES - 1 ahead of t, each tile once")
+                        f"{_ONCE}")
             tiles = defaultdict(int)
             for (s, si), n in seen.items():
                 tiles[self.tile_of_key(s, si)] += n
             missing = [t for t in range(k_tiles) if tiles.get(t, 0) < chunks_per_tile]
             if missing:
                 return (f"block {blk[:2]}: K-tile {missing[0]} is never copied (of "
-                        f"{k_tiles} tiles): the prologue issues tiles 0 .. STAGES - 2, then "
-                        "step t issues the tile STAGES - 1 ahead of t")
+                        f"{k_tiles} tiles): {_ONCE}")
         for (blk, tid), seq in sorted(self.seq.items()):
             if seq != list(range(k_tiles)):
                 t = next((i for i, (x, y) in enumerate(zip(seq, range(k_tiles))) if x != y),
@@ -1118,6 +1121,79 @@ def ex06_swizzle(swizzled_byte):
                         "them); chunk c of row r goes to chunk c XOR (r % 8)")
     raise ExerciseError(f"{where}: conflict-free, but not the hardware's swizzle: chunk c of "
                         "row r is stored at chunk c XOR (r % 8) (an XOR, not a rotation)")
+
+
+# Exercise 5: a wgmma matrix descriptor (128-byte swizzle), and the one of a B tile laid out
+# as in exercise 4.
+_DESC_FIELDS = (("bits 0-13 (the start address)", 0),
+                ("bits 16-29 (the leading byte offset, LBO)", 16),
+                ("bits 32-45 (the stride byte offset, SBO)", 32))
+
+
+def _desc_fields(d):
+    return [(d >> shift) & 0x3FFF for _, shift in _DESC_FIELDS] + [d >> 62]
+
+
+def ex06_descriptor(matrix_descriptor, b_descriptor):
+    """Lesson 06, exercise 5: the 64-bit matrix descriptor wgmma reads its operands through,
+    field by field, then a B tile's descriptor, checked against exercise 4's layout."""
+    import random
+    from .ptx_hopper import swizzled_offset
+    rng = random.Random(65)
+    cases = [(0, 16, 1024), (1024, 8192, 1024), (2080, 16, 1024)]
+    cases += [(16 * rng.randrange(1 << 14), 16 * rng.randrange(1, 1 << 14),
+               16 * rng.randrange(1, 1 << 14)) for _ in range(200)]
+    for addr, lbo, sbo in cases:
+        with _answer("matrix_descriptor", seconds=10):
+            d = matrix_descriptor(addr, lbo, sbo)
+        if not isinstance(d, int):
+            raise ExerciseError(f"matrix_descriptor({addr}, {lbo}, {sbo}) = {d!r}: a descriptor "
+                                "is a 64-bit integer (use // or >>, not /)")
+        where = f"matrix_descriptor(addr={addr}, lbo={lbo}, sbo={sbo}) = {d:#x}"
+        if d < 0 or d >> 64:
+            raise ExerciseError(f"{where}: not a 64-bit pattern")
+        got = _desc_fields(d)
+        for (name, shift), value, field in zip(_DESC_FIELDS, (addr, lbo, sbo), got):
+            if field != value >> 4:
+                units = (" (in 16-byte units: the value >> 4)"
+                         if field == value & 0x3FFF or field == (value << 4) & 0x3FFF else "")
+                raise ExerciseError(f"{where}: {name} hold {field}, expected {value} >> 4 = "
+                                    f"{value >> 4}{units}")
+        if got[3] != 1:
+            raise ExerciseError(f"{where}: bits 62-63 (the swizzle mode) hold {got[3]}: 1 for "
+                                "the 128-byte swizzle")
+        stray = d & ~((0x3FFF) | (0x3FFF << 16) | (0x3FFF << 32) | (3 << 62))
+        if stray:
+            raise ExerciseError(f"{where}: bits outside the four fields are set ({stray:#x}): a "
+                                "field shifted to the wrong place?")
+    for rows in (16, 64, 128):
+        addr = 1024 * rng.randrange(1, 100)
+        with _answer("b_descriptor", seconds=10):
+            d = b_descriptor(addr, rows)
+        where = f"b_descriptor({addr}, rows={rows})"
+        if not isinstance(d, int) or d < 0 or d >> 64:
+            raise ExerciseError(f"{where} = {d!r}: not a 64-bit descriptor")
+        start, lbo, sbo, mode = _desc_fields(d)
+        if start != addr >> 4 or mode != 1:
+            raise ExerciseError(f"{where}: start address {start * 16} and swizzle mode {mode}, "
+                                f"expected {addr} and 1 (build it with matrix_descriptor)")
+        if sbo * 16 != 1024:
+            raise ExerciseError(f"{where}: SBO = {sbo * 16} bytes, but the stride byte offset "
+                                "is the step from one 8-row group of k-rows to the next: one "
+                                "whole atom of the swizzle")
+        if lbo * 16 != rows * 128:
+            raise ExerciseError(f"{where}: LBO = {lbo * 16} bytes, but the leading byte offset "
+                                "is the step from one 64-column block to the next, and a block "
+                                "holds all the tile's k-rows of its 64 columns")
+        # every element found where exercise 4's layout puts it
+        for k in range(rows):
+            for n in range(256):
+                off = (k // 8) * sbo * 16 + (k % 8) * 128 + (n // 64) * lbo * 16 + 2 * (n % 64)
+                if start * 16 + swizzled_offset(off) != addr + _swizzled_byte(k, n, rows):
+                    raise ExerciseError(f"{where}: element ({k}, {n}) is not where the tile "
+                                        "is stored")
+    return ("matrix_descriptor: every field right on 203 descriptors; b_descriptor: every "
+            "element of 16-, 64- and 128-row B tiles found where exercise 4 stores it")
 
 
 # ------------------------------------------------------------------ lesson 07
