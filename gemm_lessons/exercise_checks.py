@@ -1153,7 +1153,7 @@ def ex06_descriptor(matrix_descriptor, b_descriptor):
         if d < 0 or d >> 64:
             raise ExerciseError(f"{where}: not a 64-bit pattern")
         got = _desc_fields(d)
-        for (name, shift), value, field in zip(_DESC_FIELDS, (addr, lbo, sbo), got):
+        for (name, _shift), value, field in zip(_DESC_FIELDS, (addr, lbo, sbo), got):
             if field != value >> 4:
                 units = (" (in 16-byte units: the value >> 4)"
                          if field == value & 0x3FFF or field == (value << 4) & 0x3FFF else "")
