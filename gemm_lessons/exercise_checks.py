@@ -1400,6 +1400,33 @@ def _pipeline_smem(BM, BN, BK, stages, pad):
     return stages * (BM * (BK + pad) + BK * (BN + pad)) * 2
 
 
+def _budget_cause(pipeline_smem, BM, BN, BK):
+    """What a wrong pipeline_smem gets wrong, from how it answers a few probes (the formula
+    itself is not given away)."""
+    def f(stages, pad):
+        with _answer("pipeline_smem", seconds=10):
+            return pipeline_smem(BM, BN, BK, stages, pad=pad)
+    one, two = f(1, 0), f(2, 0)
+    if two != 2 * one:
+        return "each stage holds a tile of A and a tile of B: the budget grows with the stages"
+    plain = BM * BK + BK * BN
+    if one == 4 * plain:
+        return "2 bytes an element (fp16), not 4"
+    if one == plain:
+        return "a count of elements, not of bytes: 2 bytes an element"
+    if one != 2 * plain:
+        return ("the tiles' sizes: one stage holds a BM x BK tile of A and a BK x BN tile of B, "
+                "with no padding when pad = 0")
+    extra = f(1, 8) - one
+    if extra == 0:
+        return "the padding is left out: every row is pad elements longer"
+    if extra == BM * 8 * 2:
+        return "the padding of B is left out: the padding lengthens every row of both tiles"
+    if extra == BK * 8 * 2:
+        return "the padding of A is left out: the padding lengthens every row of both tiles"
+    return "the padding: it lengthens every row of both tiles, by pad elements"
+
+
 def ex06_budget(pipeline_smem, max_stages):
     """Lesson 06, exercise 2: the shared-memory budget of a pipeline."""
     for BM, BN, BK in ((128, 256, 32), (128, 128, 64), (64, 64, 32)):
@@ -1410,8 +1437,8 @@ def ex06_budget(pipeline_smem, max_stages):
                     got = pipeline_smem(BM, BN, BK, stages, pad=pad)
                 if got != want:
                     raise ExerciseError(f"pipeline_smem({BM}, {BN}, {BK}, {stages}, pad={pad}) = "
-                                        f"{got!r}, expected {want}: stages x (BM x (BK + pad) + "
-                                        "BK x (BN + pad)) elements of 2 bytes")
+                                        f"{got!r}, expected {want}: "
+                                        + _budget_cause(pipeline_smem, BM, BN, BK))
     for BM, BN, BK, limit in ((128, 256, 32, 227 * 1024), (128, 128, 32, 48 * 1024),
                               (64, 64, 64, 100 * 1024), (256, 128, 64, 227 * 1024)):
         want = limit // _pipeline_smem(BM, BN, BK, 1, 8)
@@ -1424,12 +1451,308 @@ def ex06_budget(pipeline_smem, max_stages):
     return "pipeline_smem and max_stages: right on 22 configurations"
 
 
+# Exercise 3: the N-stage pipeline. The check launches the learner's kernel itself (tiles
+# of 32 x 32 x 16, one warp per block, operands zero-padded to whole tiles).
+_MS_TILE = (32, 32, 16)
+
+
+def _ms_launch(kernel, a, b, c):
+    BM, BN, BK = _MS_TILE
+    M, K = a.shape
+    N = b.shape[1]
+    Mp, Np, Kp = _cdiv(M, BM) * BM, _cdiv(N, BN) * BN, _cdiv(K, BK) * BK
+    A = torch.zeros(Mp, Kp, dtype=a.dtype)
+    A[:M, :K] = a
+    B = torch.zeros(Kp, Np, dtype=b.dtype)
+    B[:K, :N] = b
+    Cp = torch.full((Mp, Np), float("nan"), dtype=c.dtype)
+    kernel[(Np // BN, Mp // BM), 32](engines.as_numba(A), engines.as_numba(B),
+                                     engines.as_numba(Cp), Kp // BK)
+    c.copy_(Cp[:M, :N])
+
+
+_ONCE = ("every tile is copied once, by the prologue or by one step of the loop (how many "
+         "tiles must be in flight when step 0 computes, and how far ahead of t is the tile "
+         "that step t issues?)")
+
+
+class _TileLog:
+    """Which K-tile each copy belongs to and which tile each tensor-core read finds in its
+    stage, per thread (beside :func:`pipeline_audit`, whose intrinsics it wraps again)."""
+
+    def __init__(self, audit, BM, BK):
+        self.audit, self.BM, self.BK = audit, BM, BK
+        self.lock = threading.Lock()
+        self.copies = defaultdict(lambda: defaultdict(int))   # block -> (operand, chunk) -> n
+        self.held = {}                                       # (block, thread, stage) -> tile
+        self.seq = defaultdict(list)                         # (block, thread) -> tiles read
+        self.depth = 0          # most groups with copies in flight during a read, any thread
+
+    def tile_of(self, dst, si):
+        # sA is (STAGES, BM, LDA): K runs along the source's columns; sB along its rows
+        a_side = int(dst.shape[1]) == self.BM
+        return ("A" if a_side else "B"), int(si[1] if a_side else si[0]) // self.BK
+
+    def issue(self, dst, di, si):
+        blk, tid, _ = _me()
+        side, tile = self.tile_of(dst, si)
+        with self.lock:
+            self.copies[blk][(side, tuple(int(i) for i in si))] += 1
+            self.held[(blk, tid, int(di[0]))] = tile
+
+    def read(self, idx):
+        blk, tid, _ = _me()
+        tile = self.held.get((blk, tid, int(idx[0])))
+        flying = sum(1 for g in self.audit._state()["groups"] if g)
+        with self.lock:
+            self.depth = max(self.depth, flying)
+            seq = self.seq[(blk, tid)]
+            if not seq or seq[-1] != tile:
+                seq.append(tile)
+
+    def problem(self, k_tiles, chunks_per_tile):
+        """The first copy or stage-order mistake, as a message, or None."""
+        for blk, seen in self.copies.items():
+            twice = sorted((self.tile_of_key(side, si), side)
+                           for (side, si), n in seen.items() if n > 1)
+            if twice:
+                return (f"block {blk[:2]}: K-tile {twice[0][0]} of {twice[0][1]} is copied twice: "
+                        f"{_ONCE}")
+            tiles = defaultdict(int)
+            for (s, si), n in seen.items():
+                tiles[self.tile_of_key(s, si)] += n
+            missing = [t for t in range(k_tiles) if tiles.get(t, 0) < chunks_per_tile]
+            if missing:
+                return (f"block {blk[:2]}: K-tile {missing[0]} is never copied (of "
+                        f"{k_tiles} tiles): {_ONCE}")
+        for (blk, tid), seq in sorted(self.seq.items()):
+            if seq != list(range(k_tiles)):
+                t = next((i for i, (x, y) in enumerate(zip(seq, range(k_tiles))) if x != y),
+                         min(len(seq), k_tiles))
+                got = seq[t] if t < len(seq) else None
+                return (f"the ring-buffer stage index: thread {tid} of block {blk[:2]} computes "
+                        f"on a stage holding K-tile {got} at step {t} (it should hold tile {t}): "
+                        "tile t lives in stage t % STAGES")
+        return None
+
+    def tile_of_key(self, side, si):
+        return (si[1] if side == "A" else si[0]) // self.BK
+
+
+@contextlib.contextmanager
+def _tile_log(audit, BM, BK):
+    from . import ptx
+    log = _TileLog(audit, BM, BK)
+    names = ("cp_async16", "cp_async16_zfill", "cp_async_ca")
+    audited = {n: getattr(ptx, n) for n in names if hasattr(ptx, n)}
+
+    def wrap_copy(fn):
+        def copy(dst, di, src, si, *rest):
+            fn(dst, di, src, si, *rest)
+            log.issue(dst, di, si)
+        return copy
+
+    audit_read = audit.read
+
+    def read(arr, idx):
+        log.read(idx)
+        audit_read(arr, idx)
+
+    for n, fn in audited.items():
+        setattr(ptx, n, wrap_copy(fn))
+    audit.read = read
+    try:
+        yield log
+    finally:
+        for n, fn in audited.items():
+            setattr(ptx, n, fn)
+        del audit.read
+
+
+def ex06_multistage(make_multistage):
+    """Lesson 06, exercise 3: the prologue and loop of an N-stage pipeline, built with 3 and
+    4 stages. Each K-tile copied once, tile t read from stage t % STAGES, no race under
+    random landing, and STAGES - 1 tiles in flight while the tensor cores compute."""
+    from . import ptx
+    BM, BN, BK = _MS_TILE
+    long_k = harness.Case("long K", 24, 40, 100,
+                          hint="the pipeline over 7 tiles: is every tile waited for?")
+    cases = _small_suite(("ragged", "K=1")) + [long_k]
+    chunks = BM * BK // 8 + BK * BN // 8          # 16-byte chunks of A and B in one K-tile
+    for stages, seeds in ((3, (None, 1)), (4, (2, 3))):
+        with _answer(f"make_multistage({stages})", seconds=20):
+            kernel = make_multistage(stages)
+        depth = 0
+        for seed in seeds:
+            for case in cases:
+                ctx = (ptx.cp_async_landing("random", seed=seed) if seed is not None
+                       and hasattr(ptx, "cp_async_landing") else contextlib.nullcontext())
+                with ctx, pipeline_audit() as audit, _tile_log(audit, BM, BK) as log:
+                    try:
+                        check_product(lambda a, b, c: _ms_launch(kernel, a, b, c),
+                                      f"make_multistage({stages})", (torch.float16,), [case],
+                                      audit=audit)
+                        err = None
+                    except ExerciseError as e:
+                        err = e
+                mine = log.problem(_cdiv(case.K, BK), chunks)
+                if mine:
+                    raise ExerciseError(f"make_multistage({stages}), {case}: {mine}")
+                if err is not None:
+                    raise err
+                if case is long_k:
+                    depth = max(depth, log.depth)
+        if depth != stages - 1:
+            raise ExerciseError(
+                f"make_multistage({stages}) is right, but {HINTS['wait'].split(':')[0]} or the "
+                f"issue: at most {depth} tile{'s' if depth != 1 else ''} in flight while the "
+                "tensor cores compute, where "
+                f"{stages} stages keep {stages - 1} in flight (the wait should leave every tile "
+                "after t in flight, and the next tile is issued before compute)")
+    return (f"make_multistage: correct with 3 and 4 stages on {len(cases)} shapes (float16); "
+            "each tile copied once and read from its stage, STAGES - 1 tiles in flight, no race "
+            "found")
+
+
+# Exercise 4: the 128-byte swizzle, against ptx_hopper.swizzled_offset.
+def _swizzled_byte(row, col, rows):
+    from .ptx_hopper import swizzled_offset
+    return (col // 64) * rows * 128 + swizzled_offset(row * 128 + (col % 64) * 2)
+
+
+def ex06_swizzle(swizzled_byte):
+    """Lesson 06, exercise 4: the byte offset of element (row, col) of an fp16 tile stored
+    in 128-byte-swizzle atoms (8 rows x 64 columns), as wgmma and TMA read it."""
+    import random
+    from collections import Counter
+    rng = random.Random(6)
+    shapes = [(8, 64), (16, 128), (64, 64), (64, 256), (128, 64)]
+    samples = [(r, c, rows) for rows, cols in shapes[:3] for r in range(rows)
+               for c in range(cols)]
+    samples += [(rng.randrange(rows), rng.randrange(cols), rows) for rows, cols in shapes
+                for _ in range(400)]
+    with _answer("swizzled_byte", seconds=20):
+        got = {s: swizzled_byte(*s) for s in samples}
+    for s, off in got.items():
+        if not isinstance(off, int) and not (hasattr(off, "__index__")):
+            raise ExerciseError(f"swizzled_byte{s} = {off!r}: a byte offset is an integer "
+                                "(use // and %, not /)")
+    bad = [(s, got[s], _swizzled_byte(*s)) for s in samples if got[s] != _swizzled_byte(*s)]
+    if not bad:
+        return (f"swizzled_byte: right on {len(samples)} elements of {len(shapes)} tiles; "
+                "8 rows of a chunk column in 8 different groups of 4 banks")
+    (row, col, rows), off, want = bad[0]
+    where = f"swizzled_byte({row}, {col}, rows={rows}) = {off}, expected {want}"
+    # name the mistake from the answer's shape on whole atoms
+    for (r, c, rs), o in got.items():
+        if c % 8 < 7 and (r, c + 1, rs) in got and got[(r, c + 1, rs)] - o != 2:
+            raise ExerciseError(f"{where}: elements {c} and {c + 1} of row {r} are "
+                                f"{got[(r, c + 1, rs)] - o} bytes apart: 2 bytes an element "
+                                "(fp16), and the byte inside a 16-byte chunk, (col % 8) * 2, "
+                                "is not swizzled")
+    for (r, c, rs), o in got.items():
+        if r < 8 and o // (rs * 128) != c // 64:      # the first atom: no row % 8 question
+            raise ExerciseError(f"{where}: column {c} lies in 64-column block {c // 64}, which "
+                                f"starts at byte {c // 64} x rows x 128 = {c // 64 * rs * 128}; "
+                                f"the answer puts it at {o} (the 64-column blocks lie one after "
+                                "the other, each rows x 128 bytes)")
+    for (r, c, rs), o in got.items():
+        if o % (rs * 128) // 128 != r:
+            raise ExerciseError(f"{where}: element ({r}, {c}) lands in row {o % (rs * 128) // 128} "
+                                "of its block: the XOR uses the row inside the 8-row atom "
+                                "(row % 8), so that a chunk never leaves its 128-byte row")
+    for rows, cols in shapes[:3]:
+        for c in range(0, cols, 8):
+            for r0 in range(0, rows, 8):
+                places = Counter(got[(r, c, rows)] % 128 // 16 for r in range(r0, r0 + 8))
+                if len(places) < 8:
+                    raise ExerciseError(
+                        f"{where}: no swizzle: the 8 rows {r0}..{r0 + 7} of column chunk "
+                        f"{c // 8} sit in {len(places)} chunk position(s) of their rows: "
+                        f"{max(places.values())} of them share the same 4 banks (a bank "
+                        f"conflict of {max(places.values())} ways when the tensor cores read "
+                        "them); chunk c of row r goes to chunk c XOR (r % 8)")
+    raise ExerciseError(f"{where}: conflict-free, but not the hardware's swizzle: chunk c of "
+                        "row r is stored at chunk c XOR (r % 8) (an XOR, not a rotation)")
+
+
+# Exercise 5: a wgmma matrix descriptor (128-byte swizzle), and the one of a B tile laid out
+# as in exercise 4.
+_DESC_FIELDS = (("bits 0-13 (the start address)", 0),
+                ("bits 16-29 (the leading byte offset, LBO)", 16),
+                ("bits 32-45 (the stride byte offset, SBO)", 32))
+
+
+def _desc_fields(d):
+    return [(d >> shift) & 0x3FFF for _, shift in _DESC_FIELDS] + [d >> 62]
+
+
+def ex06_descriptor(matrix_descriptor, b_descriptor):
+    """Lesson 06, exercise 5: the 64-bit matrix descriptor wgmma reads its operands through,
+    field by field, then a B tile's descriptor, checked against exercise 4's layout."""
+    import random
+    from .ptx_hopper import swizzled_offset
+    rng = random.Random(65)
+    cases = [(0, 16, 1024), (1024, 8192, 1024), (2080, 16, 1024)]
+    cases += [(16 * rng.randrange(1 << 14), 16 * rng.randrange(1, 1 << 14),
+               16 * rng.randrange(1, 1 << 14)) for _ in range(200)]
+    for addr, lbo, sbo in cases:
+        with _answer("matrix_descriptor", seconds=10):
+            d = matrix_descriptor(addr, lbo, sbo)
+        if not isinstance(d, int):
+            raise ExerciseError(f"matrix_descriptor({addr}, {lbo}, {sbo}) = {d!r}: a descriptor "
+                                "is a 64-bit integer (use // or >>, not /)")
+        where = f"matrix_descriptor(addr={addr}, lbo={lbo}, sbo={sbo}) = {d:#x}"
+        if d < 0 or d >> 64:
+            raise ExerciseError(f"{where}: not a 64-bit pattern")
+        got = _desc_fields(d)
+        for (name, _shift), value, field in zip(_DESC_FIELDS, (addr, lbo, sbo), got):
+            if field != value >> 4:
+                units = (" (in 16-byte units: the value >> 4)"
+                         if field == value & 0x3FFF or field == (value << 4) & 0x3FFF else "")
+                raise ExerciseError(f"{where}: {name} hold {field}, expected {value} >> 4 = "
+                                    f"{value >> 4}{units}")
+        if got[3] != 1:
+            raise ExerciseError(f"{where}: bits 62-63 (the swizzle mode) hold {got[3]}: 1 for "
+                                "the 128-byte swizzle")
+        stray = d & ~((0x3FFF) | (0x3FFF << 16) | (0x3FFF << 32) | (3 << 62))
+        if stray:
+            raise ExerciseError(f"{where}: bits outside the four fields are set ({stray:#x}): a "
+                                "field shifted to the wrong place?")
+    for rows in (16, 64, 128):
+        addr = 1024 * rng.randrange(1, 100)
+        with _answer("b_descriptor", seconds=10):
+            d = b_descriptor(addr, rows)
+        where = f"b_descriptor({addr}, rows={rows})"
+        if not isinstance(d, int) or d < 0 or d >> 64:
+            raise ExerciseError(f"{where} = {d!r}: not a 64-bit descriptor")
+        start, lbo, sbo, mode = _desc_fields(d)
+        if start != addr >> 4 or mode != 1:
+            raise ExerciseError(f"{where}: start address {start * 16} and swizzle mode {mode}, "
+                                f"expected {addr} and 1 (build it with matrix_descriptor)")
+        if sbo * 16 != 1024:
+            raise ExerciseError(f"{where}: SBO = {sbo * 16} bytes, but the stride byte offset "
+                                "is the step from one 8-row group of k-rows to the next: one "
+                                "whole atom of the swizzle")
+        if lbo * 16 != rows * 128:
+            raise ExerciseError(f"{where}: LBO = {lbo * 16} bytes, but the leading byte offset "
+                                "is the step from one 64-column block to the next, and a block "
+                                "holds all the tile's k-rows of its 64 columns")
+        # every element found where exercise 4's layout puts it
+        for k in range(rows):
+            for n in range(256):
+                off = (k // 8) * sbo * 16 + (k % 8) * 128 + (n // 64) * lbo * 16 + 2 * (n % 64)
+                if start * 16 + swizzled_offset(off) != addr + _swizzled_byte(k, n, rows):
+                    raise ExerciseError(f"{where}: element ({k}, {n}) is not where the tile "
+                                        "is stored")
+    return ("matrix_descriptor: every field right on 203 descriptors; b_descriptor: every "
+            "element of 16-, 64- and 128-row B tiles found where exercise 4 stores it")
+
+
 # ------------------------------------------------------------------ lesson 07
 def _grouped(pid, num_pid_m, num_pid_n, g):
-    in_group = g * num_pid_n
-    first = (pid // in_group) * g
-    size = min(num_pid_m - first, g)
-    return first + (pid % in_group) % size, (pid % in_group) // size
+    from .common import grouped_order
+    return grouped_order(pid, num_pid_m, num_pid_n, g)
 
 
 def ex07_order(order):
@@ -1447,16 +1770,24 @@ def ex07_order(order):
                 missing = [(m, n) for m in range(num_pid_m) for n in range(num_pid_n)
                            if (m, n) not in seen]
                 if missing or len(seen) != len(tiles):
+                    outside = [t for t in tiles if not (0 <= t[0] < num_pid_m
+                                                        and 0 <= t[1] < num_pid_n)]
+                    twice = len(tiles) - len(seen)
                     raise ExerciseError(
                         f"grid {num_pid_m} x {num_pid_n} tiles, group_size_m={g}: tiles "
-                        f"{missing[:4]} are never computed and {len(tiles) - len(seen)} are "
-                        "computed twice" + (" (is the last, ragged group handled?)"
-                                            if num_pid_m % g else ""))
+                        f"{missing[:4]} are never computed"
+                        + (f", {twice} computed twice" if twice else "")
+                        + (f", programs get tiles outside the grid {outside[:4]}" if outside
+                           else "")
+                        + (" (is the last, ragged group handled?)" if num_pid_m % g else ""))
                 p = next(i for i, (x, y) in enumerate(zip(tiles, want)) if x != y)
+                rowmajor = tiles == [(q // num_pid_n, q % num_pid_n)
+                                     for q in range(num_pid_m * num_pid_n)]
                 raise ExerciseError(
                     f"{HINTS['order']}: grid {num_pid_m} x {num_pid_n}, group_size_m={g}: "
-                    f"program {p} gets tile {tiles[p]}, the grouped order gives {want[p]} "
-                    "(inside a group, consecutive programs walk down a column of tiles)")
+                    f"program {p} gets tile {tiles[p]}, the grouped order gives {want[p]}"
+                    + (" (that is row-major order: " if rowmajor else " (")
+                    + "inside a group, consecutive programs walk down a column of tiles)")
     return "my_grouped_order: the grouped order on 440 grids, ragged groups included"
 
 
@@ -1518,22 +1849,109 @@ def ex07_kernel(kernel):
     return f"{report}; partial K-tiles masked; tiles in grouped order"
 
 
+def _strips(M, N, BM, BN, g, programs, order, *, whole_grid=False, floor=False):
+    """(distinct pid_m, distinct pid_n) among the first programs, and some wrong variants."""
+    num_pid_m, num_pid_n = (M // BM, N // BN) if floor else (_cdiv(M, BM), _cdiv(N, BN))
+    count = num_pid_m * num_pid_n if whole_grid else min(programs, num_pid_m * num_pid_n)
+    tiles = [order(p, num_pid_m, num_pid_n, g) for p in range(count)]
+    return len({m for m, _ in tiles}), len({n for _, n in tiles})
+
+
+def _column_major(pid, num_pid_m, num_pid_n, group_size_m):
+    return pid % num_pid_m, pid // num_pid_m
+
+
 def ex07_wave(first_wave):
-    """Lesson 07, exercise 3: the L2 model of the first wave (given a correct tile order)."""
+    """Lesson 07, exercise 3: the L2 model of the first wave, for the tile order it is given
+    (the grouped order, and a column-major one that no copy of the lesson's function fits)."""
     from .kernels import k07_triton_swizzle as k07
-    for M, N in [(8192, 8192), (4096, 4096), (16384, 2048), (500, 700), (1024, 65536)]:
-        for g in (1, 4, 8):
-            for programs in (132, 7):
-                want = k07.first_wave(M, N, 128, 256, g, programs)
-                with _answer("my_first_wave", seconds=20):
-                    got = first_wave(M, N, 128, 256, g, programs, _grouped)
-                if tuple(got) != tuple(want):
-                    raise ExerciseError(f"{M} x {N}, GROUP_SIZE_M={g}, {programs} programs: got "
-                                        f"{got} (A strips, B strips), expected {tuple(want)}")
+    grids = 0
+    for order, name in ((_grouped, "grouped"), (_column_major, "column-major")):
+        for M, N in [(8192, 8192), (4096, 4096), (16384, 2048), (500, 700), (1024, 65536)]:
+            for g in (1, 4, 8):
+                for programs in (132, 7):
+                    grids += 1
+                    want = (k07.first_wave(M, N, 128, 256, g, programs) if order is _grouped
+                            else _strips(M, N, 128, 256, g, programs, order))
+                    with _answer("my_first_wave", seconds=20):
+                        got = tuple(first_wave(M, N, 128, 256, g, programs, order))
+                    if got == tuple(want):
+                        continue
+                    args = (M, N, 128, 256, g, programs, order)
+                    if order is _column_major and got == k07.first_wave(M, N, 128, 256, g,
+                                                                        programs):
+                        cause = ("the order passed in is not used: count the tiles that "
+                                 "order(pid, ...) gives, whatever the order")
+                    elif got == _strips(*args[:4], 1, programs, order) and g > 1:
+                        cause = (f"{HINTS['order']}: these are the strips of group_size_m = 1 "
+                                 "(row-major): pass group_size_m on to order")
+                    elif got == _strips(*args, whole_grid=True):
+                        cause = ("these are the strips of the whole grid, not of the first "
+                                 "wave: only the first `programs` programs run at once")
+                    elif got == tuple(reversed(want)):
+                        cause = ("A and B swapped: A's strips are the distinct pid_m, B's the "
+                                 "distinct pid_n")
+                    elif got == _strips(*args, floor=True):
+                        cause = (f"{HINTS['grid']}: a partial tile is a tile, "
+                                 "the grid is triton.cdiv(M, BM) x triton.cdiv(N, BN)")
+                    else:
+                        cause = ("count the distinct pid_m and pid_n among the tiles of "
+                                 "programs 0 .. programs - 1 (fewer when the grid is smaller)")
+                    raise ExerciseError(f"{M} x {N}, GROUP_SIZE_M={g}, {programs} programs, "
+                                        f"{name} order: got {got} (A strips, B strips), "
+                                        f"expected {tuple(want)}: {cause}")
     rows = first_wave(8192, 8192, 128, 256, 1, 132, _grouped)
     grouped = first_wave(8192, 8192, 128, 256, 8, 132, _grouped)
-    return (f"my_first_wave: right on 30 grids and waves. 8192 x 8192, one wave of 132: "
+    return (f"my_first_wave: right on {grids} grids and waves. 8192 x 8192, one wave of 132: "
             f"row-major {rows[0]} + {rows[1]} strips, grouped {grouped[0]} + {grouped[1]}")
+
+
+def ex07_program_of(program_of):
+    """Lesson 07, exercise 4: the inverse of the grouped order, (pid_m, pid_n) -> pid, in
+    closed form (a search over programs is too slow on a large grid)."""
+    import random
+    grids = 0
+    for num_pid_m in range(1, 12):
+        for num_pid_n in range(1, 9):
+            for g in (1, 2, 3, 4, 8):
+                grids += 1
+                want = {_grouped(p, num_pid_m, num_pid_n, g): p
+                        for p in range(num_pid_m * num_pid_n)}
+                with _answer("my_program_of", seconds=20):
+                    got = {t: program_of(*t, num_pid_m, num_pid_n, g) for t in want}
+                bad = [(t, got[t], p) for t, p in want.items() if got[t] != p]
+                if not bad:
+                    continue
+                (m, n), pid, p = bad[0]
+                rowmajor = all(got[(i, j)] == i * num_pid_n + j for i, j in want)
+                ragged = all(got[(i, j)] == (i // g * g) * num_pid_n + j * g + i % g
+                             for i, j in want)
+                why = (" (that is row-major order)" if rowmajor else
+                       " (the grouped order with every group group_size_m rows high: the "
+                       "last, ragged group has only num_pid_m - first_pid_m rows)" if ragged else
+                       " (the groups above the tile's hold group_size_m * num_pid_n programs "
+                       "each; inside a group, consecutive programs walk down a column of tiles)")
+                raise ExerciseError(
+                    f"{HINTS['order']}: grid {num_pid_m} x {num_pid_n}, group_size_m={g}: "
+                    f"my_program_of({m}, {n}, ...) = {pid}, but program {p} computes tile "
+                    f"({m}, {n}) in the grouped order{why}")
+    # a large grid, tiles sampled: a closed form answers at once, a search does not
+    rng = random.Random(7)
+    num_pid_m, num_pid_n, g = 3001, 2003, 8
+    pids = [rng.randrange(num_pid_m * num_pid_n) for _ in range(300)]
+    with _answer(f"my_program_of on {len(pids)} tiles of a 3001 x 2003 grid (compute the "
+                 "program from the tile's group in a few operations, without a search over "
+                 "programs)", seconds=5):
+        for p in pids:
+            t = _grouped(p, num_pid_m, num_pid_n, g)
+            got = program_of(*t, num_pid_m, num_pid_n, g)
+            if got != p:
+                raise ExerciseError(f"{HINTS['order']}: grid {num_pid_m} x {num_pid_n}, "
+                                    f"group_size_m={g}: my_program_of{t} = {got}, expected {p}")
+    nine = {t: program_of(*t, 9, 9, 3) for t in ((0, 8), (8, 0), (8, 8))}
+    return (f"my_program_of: the inverse of the grouped order on {grids + 1} grids, ragged "
+            f"groups included. 9 x 9 tiles, group_size_m = 3: tile (0, 8) is program "
+            f"{nine[(0, 8)]}, (8, 0) is {nine[(8, 0)]}, (8, 8) is {nine[(8, 8)]}")
 
 
 # ------------------------------------------------------------------ lesson 08
