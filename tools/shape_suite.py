@@ -18,7 +18,7 @@ from gemm_lessons import harness, results
 from gemm_lessons.shapes import SHAPES_LLM, shape_name
 
 DEFAULT_KERNELS = ["k06_wgmma", "k07_triton_swizzle", "k08_triton_autotune", "k08_triton_tma",
-                   "k09_fused_epilogue"]
+                   "k09_fused_epilogue", "k08_triton_splitk"]
 
 
 def _shape(text):
