@@ -61,69 +61,75 @@ __all__ = ["splitk_kernel", "make_config", "CONFIGS", "FP32_CONFIGS", "INTERPRET
 # ------------------------------------------------------------------ the kernel
 @triton.jit
 def splitk_kernel(
-        # pointers: the matrices, then the fp32 workspace and the per-tile counters
+        # pointers to the matrices, then split-K's fp32 workspace and per-tile counters
         a_ptr, b_ptr, c_ptr, ws_ptr, count_ptr,
-        # dimensions (M_BUCKET: M rounded up to a power of two, only the autotune key)
+        # dimensions: A is M x K, B is K x N, C is M x N (M_BUCKET: the autotune key's M)
         M, N, K, M_BUCKET,
-        # strides
+        # strides: how far (in elements) to step to the next row / column of each matrix
         stride_am, stride_ak,
         stride_bk, stride_bn,
         stride_cm, stride_cn,
-        # meta-parameters
+        # meta-parameters: compile-time constants, one compiled kernel per combination
         BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
-        GROUP_SIZE_M: tl.constexpr,
-        SPLIT_K: tl.constexpr,           # slices of K; 1: lesson 07's kernel
-        INPUT_PRECISION: tl.constexpr,
+        GROUP_SIZE_M: tl.constexpr,      # 1: row-major tile order; 8: grouped
+        SPLIT_K: tl.constexpr,           # slices of K, one program each; 1: no split
+        INPUT_PRECISION: tl.constexpr,   # "ieee" for fp32 (no TF32); "tf32" (ignored) otherwise
 ):
-    # 1. which tile of C (grouped order, lesson 07) and which slice of K (grid axis 1)
+    # 1. which tile of C this program computes (see grouped_pid)
     pid = tl.program_id(axis=0)
-    pid_k = tl.program_id(axis=1)
     num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
     pid_m, pid_n = grouped_pid(pid, num_pid_m, num_pid_n, GROUP_SIZE_M)
-    # slices are whole K steps; the last may be shorter, or empty when K is short
+    #    and which slice of K (grid axis 1): whole K-tiles, the last slice shorter or empty
+    pid_k = tl.program_id(axis=1)
     k_per_split = tl.cdiv(tl.cdiv(K, SPLIT_K), BLOCK_SIZE_K) * BLOCK_SIZE_K
     k_start = pid_k * k_per_split
-    k_end = tl.minimum(k_start + k_per_split, K)
+    k_len = tl.maximum(tl.minimum(K - k_start, k_per_split), 0)
 
-    # 2. pointers to this slice's first K-tile of A and of B (rows/columns wrap, lesson 07)
+    # 2. pointers to the first K-tile of A (BLOCK_SIZE_M x BLOCK_SIZE_K) and of B (BK x BN).
+    #    Rows of A and columns of B past the edge wrap around (% M, % N): in bounds, and
+    #    their results land outside C, where the store mask drops them.
     offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
     offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
     offs_k = tl.arange(0, BLOCK_SIZE_K)
-    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + (k_start + offs_k)[None, :] * stride_ak)
-    b_ptrs = b_ptr + ((k_start + offs_k)[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+    a_ptrs += k_start * stride_ak                      # this slice's first K-tile
+    b_ptrs += k_start * stride_bk
 
-    # 3. walk this slice of K
+    # 3. walk the slice: load, multiply-accumulate in fp32, advance the pointers by BLOCK_SIZE_K
     acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-    for k in range(k_start, k_end, BLOCK_SIZE_K):
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_end - k, other=0.0)
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_end - k, other=0.0)
+    for k in range(0, tl.cdiv(k_len, BLOCK_SIZE_K)):
+        k_left = k_len - k * BLOCK_SIZE_K              # the last K-tile may be partial:
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)   # zeros past K
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)   # add nothing
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
         a_ptrs += BLOCK_SIZE_K * stride_ak
         b_ptrs += BLOCK_SIZE_K * stride_bk
 
+    # 4. round to the output dtype once, after the loop, and store the part inside C
     offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
     offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
     c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
     c_mask = (offs_cm[:, None] < M) & (offs_cn[None, :] < N)
     if SPLIT_K == 1:
-        # 4a. no split: round once and store, as lesson 07 does
         tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
     else:
-        # 4b. store the partial tile in the workspace, slot (tile, slice): BM x BN floats
-        tile = tl.arange(0, BLOCK_SIZE_M)[:, None] * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)[None, :]
-        slot = pid.to(tl.int64) * SPLIT_K * BLOCK_SIZE_M * BLOCK_SIZE_N
-        tl.store(ws_ptr + slot + pid_k * BLOCK_SIZE_M * BLOCK_SIZE_N + tile, acc)
+        # 5. split-K: park this slice's fp32 partial tile in its workspace slot (tile, slice)
+        tile = (tl.arange(0, BLOCK_SIZE_M)[:, None] * BLOCK_SIZE_N
+                + tl.arange(0, BLOCK_SIZE_N)[None, :])                 # (BM, BN), row-major
+        slots = ws_ptr + pid.to(tl.int64) * SPLIT_K * BLOCK_SIZE_M * BLOCK_SIZE_N
+        tl.store(slots + pid_k * BLOCK_SIZE_M * BLOCK_SIZE_N + tile, acc)
         tl.debug_barrier()             # every thread of the program has stored its part
-        # 5. a ticket: release our partial, acquire the others'; the last one reduces
+        # 6. a ticket on the tile's counter: release our partial, acquire the others'
         ticket = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel")
-        if ticket == SPLIT_K - 1:
+        if ticket == SPLIT_K - 1:      # the last slice to arrive adds them all up
             acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-            for s in range(0, SPLIT_K):   # fixed order: the same bits on every run
-                acc += tl.load(ws_ptr + slot + s * BLOCK_SIZE_M * BLOCK_SIZE_N + tile,
-                               cache_modifier=".cg")   # from L2: other SMs wrote it
+            for s in range(0, SPLIT_K):   # in a fixed order: the same bits on every run
+                acc += tl.load(slots + s * BLOCK_SIZE_M * BLOCK_SIZE_N + tile,
+                               cache_modifier=".cg")   # from L2, where other SMs wrote
             tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=c_mask)
-            tl.store(count_ptr + pid, 0)   # zeroed for the next launch
+            tl.store(count_ptr + pid, 0)   # zero again for the next launch
 
 
 # ------------------------------------------------------------------ configurations
