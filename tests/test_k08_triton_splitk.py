@@ -140,7 +140,10 @@ def test_the_pruner_splits_only_where_tiles_are_few():
     assert big and all(c.kwargs["SPLIT_K"] == 1 for c in big)
     assert all(c in sk.CONFIGS for c in big)
     assert sk.prune_for_gpu(every, torch.float32, 8192, 4096, 4096, sms=132) \
-        == [c for c in sk.FP32_CONFIGS if c.kwargs["SPLIT_K"] == 1]
+        == [c for c in sk.FP32_CONFIGS if c.kwargs["SPLIT_K"] == 1
+            and c.kwargs["BLOCK_SIZE_M"] >= 64]
+    # no tile shorter than 64 rows where the output has 64 rows or more
+    assert all(c.kwargs["BLOCK_SIZE_M"] >= 64 for c in big)
     # every shape of the suite keeps something, and not too much to time
     for M, N, K in SHAPES_LLM:
         kept = sk.prune_for_gpu(every, torch.float16, sk.m_bucket(M), N, K, sms=132)

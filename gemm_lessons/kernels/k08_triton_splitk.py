@@ -28,10 +28,11 @@ branch that is not compiled in, and no workspace is touched.
 Which ``SPLIT_K`` and which tile is a question for ``@triton.autotune`` (lesson 08): the
 configs carry ``SPLIT_K`` beside the tile sizes, and the pruner (:func:`prune_for_gpu`) keeps
 what can win on this shape: configs that fit in shared memory; tiles no taller than the
-output (a 128-row tile for 16 rows computes 112 rows of nothing); splits only where the
-tiles alone leave SMs idle, with at least :data:`MIN_K_TILES_PER_SPLIT` K steps per slice
-and no more than two waves of programs; then the configs that keep at least half the SMs
-busy. The key is the shape *bucket* (``M_BUCKET``: M rounded up to a power of two, N, K):
+output (a 128-row tile for 16 rows computes 112 rows of nothing), and no shorter than 64
+rows where the output has that many (every row of tiles reads all of B: 16-row tiles read it
+M / 16 times); splits only where the tiles alone leave SMs idle, with at least
+:data:`MIN_K_TILES_PER_SPLIT` K steps per slice and no more than two waves of programs; then
+the configs that keep at least half the SMs busy. The key is the shape *bucket* (``M_BUCKET``: M rounded up to a power of two, N, K):
 a new batch of 13 tokens reuses the choice made for 16 instead of timing every config again.
 
 Shapes and strides: as lesson 07 (rows and columns past the edge wrap around, loads are
@@ -55,7 +56,7 @@ from .k08_triton_autotune import SMEM_LIMIT, cpu_timer
 __all__ = ["splitk_kernel", "make_config", "CONFIGS", "FP32_CONFIGS", "INTERPRETER_CONFIG",
            "MIN_K_TILES_PER_SPLIT", "m_bucket", "smem_bytes", "programs", "waves",
            "prune_for_gpu", "prune", "autotune", "splitk_autotuned", "workspace_elems",
-           "buffers", "matmul", "label", "chosen_config", "cpu_timer"]
+           "buffers", "matmul", "asm_job", "label", "chosen_config", "cpu_timer"]
 
 
 # ------------------------------------------------------------------ the kernel
@@ -213,8 +214,9 @@ def prune_for_gpu(configs, dtype, M, N, K, sms=None):
         tiles = cdiv(M, BM) * cdiv(N, BN)
         if c not in wanted or smem_bytes(c, dtype) > SMEM_LIMIT:
             continue                                  # another dtype's, or does not fit
-        if BM > max(16, M):
-            continue                                  # taller than the output
+        if BM > max(16, M) or BM < min(M, 64):
+            continue                                  # taller than the output, or short
+            #                                           tiles where 64-row ones fit
         if S > 1 and (tiles >= sms                    # the tiles alone fill the GPU
                       or cdiv(K, S) < MIN_K_TILES_PER_SPLIT * BK   # slices too thin
                       or tiles * S > MAX_WAVES_SPLIT * sms):       # more splits than SMs
@@ -318,6 +320,23 @@ def matmul(a, b, c, *, config=None):
                  a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
                  INPUT_PRECISION=precision, **meta)
     return c
+
+
+def asm_job(config, dtype=torch.float16, M=16, N=4096, K=4096, cc=(9, 0)):
+    """The compilation of ``config`` for ``cc`` as a launch on contiguous operands of this
+    shape would specialise it (for :func:`gemm_lessons.triton_asm.compile_kernels`).
+    Without a split the launcher passes C in place of the workspace and the counters."""
+    from ..common import dtype_name
+    BM, BN, BK, S = _kw(config)
+    name = dtype_name(dtype)
+    args = {"a_ptr": name, "b_ptr": name, "c_ptr": name,
+            "ws_ptr": "float32" if S > 1 else name, "count_ptr": "int32" if S > 1 else name,
+            "M": M, "N": N, "K": K, "M_BUCKET": m_bucket(M),
+            "stride_am": K, "stride_ak": 1, "stride_bk": N, "stride_bn": 1,
+            "stride_cm": N, "stride_cn": 1}
+    constants = dict(config.kwargs, INPUT_PRECISION="ieee" if dtype == torch.float32 else "tf32")
+    return dict(fn=splitk_kernel, args=args, constants=constants,
+                num_warps=config.num_warps, num_stages=config.num_stages, cc=cc)
 
 
 def label(config):
