@@ -5,6 +5,11 @@ keeps them. Needs a GPU.
     python tools/sweep_shapes.py --csv sweep_shapes.csv
     python tools/sweep_shapes.py --shape 16x4096x4096 --only-extra
 
+Budget: about 28 configs x 21 shapes; each config compiles once (all suite shapes specialise
+alike), each pair costs a check and about 2 x (2 + batches) short batches of
+``--min-batch-ms``; ``--budget-s`` (default 330) stops the timing and summarises what was
+done, so a run fits in 6 minutes.
+
 For each shape (``SHAPES_LLM`` plus any ``--shape MxNxK``): seeded operands; every config of
 the dtype's list (no pruning) is first checked once against the float64 product (output
 NaN-poisoned), then timed with its batches interleaved with torch.mm's
@@ -44,14 +49,17 @@ def _shape(text):
     return tuple(dims)
 
 
-def sweep_shape(M, N, K, dtype, configs, *, batches, min_batch_ms, progress):
-    """Rows for one shape: check, then time, every config."""
+def sweep_shape(M, N, K, dtype, configs, *, batches, min_batch_ms, progress, deadline=None):
+    """Rows for one shape: check, then time, every config (until ``deadline``, a
+    ``time.perf_counter()`` value, passes: the rest are left out)."""
     a, b = harness.make_operands(M, N, K, dtype, seed=1)
     ref = harness.reference(a, b)
     base_out = torch.empty(M, N, dtype=dtype, device=a.device)
     kept = sk.prune_for_gpu(configs, dtype, sk.m_bucket(M), N, K, sm_count())
     rows = []
     for cfg in configs:
+        if deadline is not None and time.perf_counter() > deadline:
+            break
         row = {"M": M, "N": N, "K": K, "config": sk.label(cfg), "split_k": cfg.kwargs["SPLIT_K"],
                "ms": "", "baseline_ms": "", "ratio": "", "pruner_keeps": int(cfg in kept),
                "status": "ok"}
@@ -124,6 +132,8 @@ def main(argv=None):
     p.add_argument("--csv", default="sweep_shapes.csv")
     p.add_argument("--batches", type=int, default=5)
     p.add_argument("--min-batch-ms", type=float, default=3.0)
+    p.add_argument("--budget-s", type=float, default=330.0,
+                   help="stop timing after this many seconds and summarise what was timed")
     args = p.parse_args(argv)
     if gl.backend() != "cuda":
         print("sweep_shapes times kernels: it needs a GPU", file=sys.stderr)
@@ -150,7 +160,11 @@ def main(argv=None):
         rows = []
         for M, N, K in shapes:
             rows += sweep_shape(M, N, K, dtype, configs, batches=args.batches,
-                                min_batch_ms=args.min_batch_ms, progress=progress)
+                                min_batch_ms=args.min_batch_ms, progress=progress,
+                                deadline=t0 + args.budget_s)
+    if len(rows) < n:
+        print(f"\nthe budget of {args.budget_s:.0f} s ran out: {n - len(rows)} of {n} "
+              "(shape, config) pairs were not timed")
     print(f"\nwrote {args.csv} ({len(rows)} rows) in {time.perf_counter() - t0:.0f} s "
           f"on {torch.cuda.get_device_name()}, {sm_count()} SMs\n")
     print("\n".join(summary(rows)))
