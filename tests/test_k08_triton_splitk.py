@@ -158,3 +158,17 @@ def test_waves_count_programs_per_sm():
     cfg = sk.make_config(16, 128, 128, 4, 4, split_k=4)
     assert sk.programs(cfg, 16, 4096) == 32 * 4
     assert sk.waves(cfg, 16, 4096, sms=132) == pytest.approx(128 / 132)
+
+
+def test_the_autotuner_times_configs_with_different_splits_on_one_workspace():
+    # three configs, K cut in 1, 2 and 3, timed under one key (a CPU timer off the GPU):
+    # the workspace fits the largest, and every launch leaves the counters at zero
+    cfgs = [small(1), small(2), small(3)]
+    tuned = sk.autotune(configs=cfgs, prune_configs=None,
+                        do_bench=None if gl.engine().kind == "cuda" else sk.cpu_timer)
+    rep = harness.check(lambda a, b, out: sk.matmul(a, b, out, kernel=tuned), "tuned", FP16,
+                        harness.shape_suite()[:3])
+    assert rep.ok
+    assert len(tuned.configs_timings) == 3 and tuned.best_config in cfgs
+    _, counts = sk._BUFFERS[harness.make_operands(1, 1, 1, torch.float16)[0].device]
+    assert int(counts.abs().sum()) == 0

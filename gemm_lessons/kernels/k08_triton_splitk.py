@@ -278,11 +278,14 @@ def buffers(device, ws_elems, n_counters):
 
 
 @lru_cache(maxsize=4096)
-def _needs(dtype, M, N, K, sms):
-    """(workspace elements, counters) enough for every config the autotuner may run on
-    this shape bucket."""
-    if engines.on_gpu():
-        cands = prune_for_gpu(CONFIGS + FP32_CONFIGS, dtype, m_bucket(M), N, K, sms)
+def _needs(kernel, dtype, M, N, K, sms):
+    """(workspace elements, counters) enough for every config ``kernel`` (an autotuned
+    splitk_kernel) may run on this shape bucket: what the pruner keeps, or, for another
+    autotuned kernel, all of its configs."""
+    if kernel is not splitk_autotuned:
+        cands = kernel.configs
+    elif engines.on_gpu():
+        cands = prune_for_gpu(kernel.configs, dtype, m_bucket(M), N, K, sms)
     else:
         cands = [INTERPRETER_CONFIG]
     split = [c for c in cands if _kw(c)[3] > 1]
@@ -291,16 +294,16 @@ def _needs(dtype, M, N, K, sms):
 
 
 # ------------------------------------------------------------------ the launcher
-def matmul(a, b, c, *, config=None):
-    """C = A @ B: the autotuned split-K kernel, or one ``config`` (a ``make_config``) as it
-    is, without tuning (tests, the sweep)."""
+def matmul(a, b, c, *, config=None, kernel=None):
+    """C = A @ B: the autotuned split-K kernel (or ``kernel``, another :func:`autotune` of
+    it), or one ``config`` (a ``make_config``) as it is, without tuning (tests, the sweep)."""
     M, K = a.shape
     N = b.shape[1]
     check_offsets(a, b, c)
     a, b, precision = operands(a, b)
     if config is None:
-        kernel, meta = splitk_autotuned, {}
-        ws_elems, n_counters = _needs(a.dtype, M, N, K, sm_count(c.device))
+        kernel, meta = (splitk_autotuned if kernel is None else kernel), {}
+        ws_elems, n_counters = _needs(kernel, a.dtype, M, N, K, sm_count(c.device))
     else:
         BM, BN, BK, S = _kw(config)
         if min(BM, BN, BK, S) < 1 or not isinstance(S, int):
