@@ -13,7 +13,9 @@ done, so a run fits in 6 minutes.
 For each shape (``SHAPES_LLM`` plus any ``--shape MxNxK``): seeded operands; every config of
 the dtype's list (no pruning) is first checked once against the float64 product (output
 NaN-poisoned), then timed with its batches interleaved with torch.mm's
-(``harness.time_cuda_many``, short batches: the sweep must stay within minutes). Writes one
+(``harness.time_cuda_many``, short batches: the sweep must stay within minutes), from CUDA
+graphs where the harness offers them (``--eager``: not), so that a config is judged by its
+GPU time and not by the host's cost per launch, which is the same for every config. Writes one
 CSV row per (shape, config) as it goes, then a summary: per shape the best config and its
 ratio to torch.mm, the best config the pruner keeps, and which configs are ever best or
 within 3% of the best (the list the configs could be cut to).
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import inspect
 import math
 import sys
 import time
@@ -37,6 +40,9 @@ from gemm_lessons.shapes import SHAPES_LLM, shape_name
 FIELDS = ["M", "N", "K", "config", "split_k", "ms", "baseline_ms", "ratio", "pruner_keeps",
           "status"]
 NEAR = 0.03     # "within 3% of the best"
+# the harness's CUDA-graph timing (GPU time alone, the host's cost per call left out for
+# kernel and cuBLAS alike), where this copy of the package has it
+HAS_GRAPH = "graph" in inspect.signature(harness.time_cuda_many).parameters
 
 
 def _shape(text):
@@ -49,7 +55,8 @@ def _shape(text):
     return tuple(dims)
 
 
-def sweep_shape(M, N, K, dtype, configs, *, batches, min_batch_ms, progress, deadline=None):
+def sweep_shape(M, N, K, dtype, configs, *, batches, min_batch_ms, progress, deadline=None,
+                graph=False):
     """Rows for one shape: check, then time, every config (until ``deadline``, a
     ``time.perf_counter()`` value, passes: the rest are left out)."""
     a, b = harness.make_operands(M, N, K, dtype, seed=1)
@@ -78,10 +85,10 @@ def sweep_shape(M, N, K, dtype, configs, *, batches, min_batch_ms, progress, dea
             rows.append(row)
             progress(row)
             continue
-        ms = harness.time_cuda_many(
-            {"cfg": lambda: sk.matmul(a, b, out, config=cfg),
-             "torch": lambda: torch.mm(a, b, out=base_out)},
-            min_batch_ms=min_batch_ms, batches=batches, warmup=1)
+        fns = {"cfg": lambda: sk.matmul(a, b, out, config=cfg),
+               "torch": lambda: torch.mm(a, b, out=base_out)}
+        opts = dict(min_batch_ms=min_batch_ms, batches=batches, warmup=1)
+        ms = harness.time_cuda_many(fns, **opts, **({"graph": True} if graph else {}))
         row.update(ms=f"{ms['cfg']:.6f}", baseline_ms=f"{ms['torch']:.6f}",
                    ratio=f"{ms['torch'] / ms['cfg']:.4f}")
         rows.append(row)
@@ -132,6 +139,9 @@ def main(argv=None):
     p.add_argument("--csv", default="sweep_shapes.csv")
     p.add_argument("--batches", type=int, default=5)
     p.add_argument("--min-batch-ms", type=float, default=3.0)
+    p.add_argument("--eager", action="store_true",
+                   help="time eager calls (host cost included) even where CUDA graphs are "
+                        "available; by default the GPU time alone is compared")
     p.add_argument("--budget-s", type=float, default=330.0,
                    help="stop timing after this many seconds and summarise what was timed")
     args = p.parse_args(argv)
@@ -139,6 +149,9 @@ def main(argv=None):
         print("sweep_shapes times kernels: it needs a GPU", file=sys.stderr)
         return 2
     dtype = getattr(torch, args.dtype)
+    graph = HAS_GRAPH and not args.eager
+    print("timing: " + ("CUDA graphs (GPU time alone)" if graph else
+                        "eager calls (host cost per call included)"), flush=True)
     configs = sk.FP32_CONFIGS if dtype == torch.float32 else sk.CONFIGS
     shapes = ([] if args.only_extra else list(SHAPES_LLM)) + list(args.shape)
     n, t0 = len(shapes) * len(configs), time.perf_counter()
@@ -161,7 +174,7 @@ def main(argv=None):
         for M, N, K in shapes:
             rows += sweep_shape(M, N, K, dtype, configs, batches=args.batches,
                                 min_batch_ms=args.min_batch_ms, progress=progress,
-                                deadline=t0 + args.budget_s)
+                                deadline=t0 + args.budget_s, graph=graph)
     if len(rows) < n:
         print(f"\nthe budget of {args.budget_s:.0f} s ran out: {n - len(rows)} of {n} "
               "(shape, config) pairs were not timed")
