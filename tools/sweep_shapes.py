@@ -88,7 +88,11 @@ def sweep_shape(M, N, K, dtype, configs, *, batches, min_batch_ms, progress, dea
         fns = {"cfg": lambda: sk.matmul(a, b, out, config=cfg),
                "torch": lambda: torch.mm(a, b, out=base_out)}
         opts = dict(min_batch_ms=min_batch_ms, batches=batches, warmup=1)
-        ms = harness.time_cuda_many(fns, **opts, **({"graph": True} if graph else {}))
+        try:
+            ms = harness.time_cuda_many(fns, **opts, **({"graph": True} if graph else {}))
+        except RuntimeError as e:   # a capture that failed: time this pair eagerly
+            ms = harness.time_cuda_many(fns, **opts)
+            row["status"] = f"eager ({str(e).splitlines()[0][:60]})"
         row.update(ms=f"{ms['cfg']:.6f}", baseline_ms=f"{ms['torch']:.6f}",
                    ratio=f"{ms['torch'] / ms['cfg']:.4f}")
         rows.append(row)
