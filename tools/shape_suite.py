@@ -18,7 +18,7 @@ from gemm_lessons import harness, results
 from gemm_lessons.shapes import SHAPES_LLM, shape_name
 
 DEFAULT_KERNELS = ["k06_wgmma", "k07_triton_swizzle", "k08_triton_autotune", "k08_triton_tma",
-                   "k09_fused_epilogue"]
+                   "k09_fused_epilogue", "k08_triton_splitk"]
 
 
 def _shape(text):
@@ -55,6 +55,8 @@ def main(argv=None):
     p.add_argument("--shape", nargs="*", type=_shape, default=list(SHAPES_LLM))
     p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
     p.add_argument("--csv", help="write the results (gemm_lessons.results format)")
+    p.add_argument("--graph", action="store_true",
+                   help="GPU time alone: both sides replayed from CUDA graphs (gl.bench(graph=True))")
     args = p.parse_args(argv)
     if not gl.backend() == "cuda":
         print("the shape suite times kernels: it needs a GPU", file=sys.stderr)
@@ -70,7 +72,7 @@ def main(argv=None):
             bad.append(f"{kernel} {shape_name(M, N, K)}: WRONG (rel. error {rel:.2e})")
             print(bad[-1], flush=True)
             continue
-        r = gl.bench(kernel, M, N, K, dtype=dtype)
+        r = gl.bench(kernel, M, N, K, dtype=dtype, **({"graph": True} if args.graph else {}))
         rows.append(r)
         print(f"[{i + 1}/{total}] {kernel:22s} {shape_name(M, N, K):>18s} "
               f"{r.tflops:7.1f} TFLOP/s  cuBLAS {r.baseline_tflops:7.1f}  ratio {r.ratio:.2f}",
