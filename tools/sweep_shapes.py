@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import inspect
 import math
 import sys
 import time
@@ -40,9 +39,6 @@ from gemm_lessons.shapes import SHAPES_LLM, shape_name
 FIELDS = ["M", "N", "K", "config", "split_k", "ms", "baseline_ms", "ratio", "pruner_keeps",
           "status"]
 NEAR = 0.03     # "within 3% of the best"
-# the harness's CUDA-graph timing (GPU time alone, the host's cost per call left out for
-# kernel and cuBLAS alike), where this copy of the package has it
-HAS_GRAPH = "graph" in inspect.signature(harness.time_cuda_many).parameters
 
 
 def _shape(text):
@@ -89,7 +85,7 @@ def sweep_shape(M, N, K, dtype, configs, *, batches, min_batch_ms, progress, dea
                "torch": lambda: torch.mm(a, b, out=base_out)}
         opts = dict(min_batch_ms=min_batch_ms, batches=batches, warmup=1)
         try:
-            ms = harness.time_cuda_many(fns, **opts, **({"graph": True} if graph else {}))
+            ms = harness.time_cuda_many(fns, **opts, graph=graph)
         except RuntimeError as e:   # a capture that failed: time this pair eagerly
             ms = harness.time_cuda_many(fns, **opts)
             row["status"] = f"eager ({str(e).splitlines()[0][:60]})"
@@ -153,7 +149,7 @@ def main(argv=None):
         print("sweep_shapes times kernels: it needs a GPU", file=sys.stderr)
         return 2
     dtype = getattr(torch, args.dtype)
-    graph = HAS_GRAPH and not args.eager
+    graph = not args.eager
     print("timing: " + ("CUDA graphs (GPU time alone)" if graph else
                         "eager calls (host cost per call included)"), flush=True)
     configs = sk.FP32_CONFIGS if dtype == torch.float32 else sk.CONFIGS
