@@ -729,17 +729,48 @@ def ex02_launch(launcher):
 
 
 def ex02_loads(fn):
-    """Lesson 02, exercise 3: global loads per element of C, counted by the learner."""
-    for M, N, K in ((32, 32, 32), (16, 32, 48)):
+    """Lesson 02, exercise 3: global loads per element of C, counted by the learner in a
+    trace of the launch it is given (the tiled kernel on shapes that are and are not
+    multiples of the tile, and lesson 01's coalesced kernel): a formula cannot pass."""
+    from . import counters
+    from .kernels.k01_naive import coalesced
+    launches = (("the tiled kernel (T = 16)", _ref_launch02, 32, 32, 32),
+                ("the tiled kernel (T = 16)", _ref_launch02, 16, 32, 48),
+                ("the tiled kernel (T = 16), a ragged shape", _ref_launch02, 20, 20, 24),
+                ("lesson 01's k01_coalesced", coalesced, 16, 16, 8))
+    for what, launcher, M, N, K in launches:
         with _answer("global_loads_per_element"):
-            got = fn(_ref_launch02, M, N, K)
-        want = 2 * K / T02
-        if not (isinstance(got, (int, float)) and math.isclose(got, want)):
-            raise ExerciseError(
-                f"M={M}, N={N}, K={K}: {got!r} global loads per element of C; a {T02} x {T02} "
-                f"tiled kernel makes 2K / T = {want:g}. Count only accesses with space "
-                "'global' and op 'load', then divide by M * N")
-    return "global loads per element of C: 2K / T (lesson 01: 2K)"
+            got = fn(launcher, M, N, K)
+        a, b = harness.make_operands(M, N, K)
+        c = torch.empty(M, N)
+        with counters.trace(A=a, B=b, C=c) as t:
+            launcher(a, b, c)
+        glob = sum(1 for x in t.accesses if x.space == "global" and x.op == "load")
+        want = glob / (M * N)
+        if isinstance(got, (int, float)) and math.isclose(got, want):
+            continue
+        shared = sum(1 for x in t.accesses if x.space == "shared" and x.op == "load")
+        stores = sum(1 for x in t.accesses if x.space == "global" and x.op == "store")
+        mistakes = [
+            ((glob + shared) / (M * N), "shared loads counted too: count only the accesses "
+             "whose space is 'global'"),
+            ((glob + stores) / (M * N), "stores counted too: count only the accesses whose op "
+             "is 'load'"),
+            (glob, "the total, not per element: divide by M * N"),
+            (2 * K / T02, f"the formula 2K / T holds for the {T02} x {T02} tiled kernel on "
+             "multiples of the tile only: count the loads the launch makes (t.accesses)"),
+            (2 * K, "the formula 2K holds for lesson 01's kernel only: count the loads the "
+             "launch makes (t.accesses)"),
+        ]
+        why = next((w for v, w in mistakes
+                    if isinstance(got, (int, float)) and math.isclose(got, v)),
+                   "count the accesses with space 'global' and op 'load' of the launch, then "
+                   "divide by M * N")
+        raise ExerciseError(
+            f"{what}, M={M}, N={N}, K={K}: {got!r} global loads per element of C, the trace "
+            f"counts {want:g}.\nLikely cause: {why}")
+    return ("global loads per element of C, counted: 2K / T for the tiled kernel on multiples "
+            "of the tile, more on a ragged shape; 2K for lesson 01's kernel")
 
 
 _rect02 = {}
@@ -932,9 +963,9 @@ def ex03_bank(bank):
         mistakes = [
             (dict(use_pad=False), "the padding: a padded row is width + pad elements long"),
             (dict(use_bytes=False), "the element size: offsets count elements, banks count "
-             "4-byte words (offset * elem_bytes // 4)"),
+             "4-byte words (how many bytes from the start of the tile is the element?)"),
             (dict(transposed=True), "rows and columns: the tile is stored row after row "
-             "(row-major), so element (i, k) is i * (width + pad) + k elements from the start"),
+             "(row-major): element (i, k) comes after i whole rows and k elements of its row"),
             (dict(nbanks=16), "the number of banks: shared memory has 32 banks"),
             (dict(words=False), "bytes, not words: a bank is 4 bytes wide (byte offset // 4, "
              "then % 32)"),
@@ -1008,15 +1039,20 @@ def _swizzled_k8(swizzle, BN=4):
 def ex03_xor_swizzle(swizzle):
     """Lesson 03, exercise 4: an XOR swizzle of a 32 x 8 float32 tile: every row a
     permutation of its 8 columns, every column walk of a warp 1-way; then in the kernel."""
+    import numbers
     from . import counters
     with _answer("swizzle"):
         table = [[swizzle(r, c) for c in range(8)] for r in range(32)]
+    odd = next((v for row in table for v in row if not isinstance(v, numbers.Integral)), None)
+    if odd is not None:
+        raise ExerciseError(f"swizzle returned {odd!r}: return a column, an int from 0 to 7")
     for r, row in enumerate(table):
         if sorted(row) != list(range(8)):
             raise ExerciseError(
                 f"row {r}: columns 0..7 go to {row}: a swizzle must send the 8 columns of a "
-                "row to 8 different columns 0..7 (a permutation), or two elements share a "
-                "place or one falls outside the row (XOR with a value in 0..7 stays in 0..7)")
+                "row to the columns 0..7, each once (a permutation); otherwise two elements "
+                "share a place or one falls outside the row (XOR with a value from 0 to 7 "
+                "stays within 0..7)")
     for k in range(8):
         words = [8 * i + table[i][k] for i in range(32)]
         w = _ways_of_words(words)
@@ -1026,7 +1062,7 @@ def ex03_xor_swizzle(swizzle):
                 by_bank[word % 32].append(i)
             lanes = max(by_bank.values(), key=len)
             raise ExerciseError(
-                f"column {k}: a warp reading sA[lane, {k}] is {w}-way: lanes {lanes[:4]} all "
+                f"column {k}: a warp reading sA[lane, {k}] is {w}-way: lanes {lanes[:4]} "
                 f"land in bank {words[lanes[0]] % 32}. A row is 8 words, so rows i and i + 4 "
                 "start in the same bank: the 8 rows with the same i % 4 need 8 different "
                 "columns for column k (what of the row tells them apart?)")
