@@ -721,11 +721,65 @@ def ex02_tile_loop(kernel, T=T02):
     return str(report)
 
 
-def ex02_launch(launcher):
-    """Lesson 02, exercise 2: the launcher, run with a correct tiled kernel."""
-    kernel = _ref_k02()
-    return str(check_product(lambda a, b, c: launcher(kernel, a, b, c), "my_launcher",
-                             cases=_small_suite(("square", "rectangular", "ragged", "M=1", "N=1"))))
+class _LaunchRecorder:
+    """Stands for a numba kernel: ``inspect(config, args)`` sees each launch's (grid, block)
+    and arguments before it runs (and may raise), then the kernel is launched."""
+
+    def __init__(self, kernel, inspect):
+        self.kernel = kernel
+        self.inspect = inspect
+        self.launches = 0
+
+    def __getitem__(self, config):
+        def launch(*args):
+            self.inspect(config, args)
+            self.launches += 1
+            return self.kernel[config](*args)
+        return launch
+
+
+def _dims(d):
+    d = tuple(d) if isinstance(d, (tuple, list)) else (d,)
+    return tuple(int(x) for x in d) + (1,) * (3 - len(d))
+
+
+def ex02_launch(launcher, BM=16, BN=8):
+    """Lesson 02, exercise 2: the launcher of a correct BM x BN tiled kernel (threadIdx.x over
+    the BN columns of the tile, threadIdx.y over its BM rows): its block and its grid,
+    looked at before each launch, and the product on the shape suite."""
+    def inspect(config, args):
+        grid, block = _dims(config[0]), _dims(config[1])
+        M, N = args[2].shape
+        if block != (BN, BM, 1):
+            why = (f"the block is transposed: threadIdx.x runs over the BN = {BN} columns of "
+                   f"the tile, threadIdx.y over its BM = {BM} rows" if block[:2] == (BM, BN)
+                   else f"the kernel expects blocks of BN x BM = {BN} x {BM} threads (x: "
+                   "columns, y: rows)")
+            raise ExerciseError(f"M={M}, N={N}: the block is {block[:2]}: {why}")
+        need = (_cdiv(N, BN), _cdiv(M, BM))
+        if grid[0] < need[0] or grid[1] < need[1]:
+            if grid[:2] == (_cdiv(M, BM), _cdiv(N, BN)):
+                why = ("x and y swapped: blockIdx.x counts tiles along the columns (N), "
+                       "blockIdx.y along the rows (M)")
+            elif grid[:2] in ((N // BN, M // BM), (max(N // BN, 1), max(M // BM, 1))):
+                why = "integer division rounds down: a partial tile at the edge needs a block too"
+            else:
+                why = (f"{need[0]} blocks along x cover the {N} columns, {need[1]} along y "
+                       f"the {M} rows")
+            raise ExerciseError(f"M={M}, N={N}: {HINTS['grid']}: {grid[:2]} blocks of {BN} x "
+                                f"{BM} threads cover {grid[0] * BN} columns and {grid[1] * BM} "
+                                f"rows: {why}")
+
+    kernel = _LaunchRecorder(_rect_tiled(BM, BN), inspect)
+
+    def run(a, b, c):
+        before = kernel.launches
+        launcher(kernel, a, b, c)
+        if kernel.launches == before:
+            raise ExerciseError("my_launcher did not launch the kernel (kernel[grid, block](...))")
+
+    return str(check_product(run, "my_launcher", cases=_small_suite(
+        ("square", "rectangular", "ragged", "M=1", "N=1"))))
 
 
 def ex02_loads(fn):
