@@ -530,6 +530,147 @@ def ex01_grid(launcher):
     return str(report)
 
 
+def _sectors_truth(x, row, col0, *, stride=True, elem=True, base=True, guard=True, sector=32):
+    """Sectors of the request ``x[row, col0 + lane]`` (lane 0..31): the truth, and with a
+    flag off, the answer a typical mistake gives."""
+    from .counters import Access, sectors_per_request
+    e = x.element_size()
+    s0, s1 = (x.stride(0), x.stride(1)) if stride else (x.shape[1], 1)
+    start = x.data_ptr() if base else 0
+    accesses = []
+    for lane in range(32):
+        col = col0 + lane
+        if guard and col >= x.shape[1]:
+            continue
+        off = row * s0 + col * s1
+        addr = start + off * (e if elem else 4)
+        accesses.append(Access("global", "x", "load", (0, 0, 0), 0, lane, 0, addr,
+                               e if elem else 4))
+    if sector == 32:
+        return sectors_per_request(accesses)
+    return len({b // sector for a in accesses for b in (a.addr, a.addr + a.nbytes - 1)})
+
+
+def _sector_cases():
+    """(description, tensor view, row, col0): the views a kernel meets."""
+    gen = torch.Generator().manual_seed(1)
+    base = torch.randn(64, 64, generator=gen)
+    return [
+        ("a row-major float32 matrix", base, 3, 0),
+        ("a row-major float32 matrix, from column 32", base, 5, 32),
+        ("a transposed view (x = base.t())", base.t(), 3, 0),
+        ("a float16 matrix", base.half(), 2, 0),
+        ("a float64 matrix", base.double(), 2, 0),
+        ("a view that starts 3 columns in (x = base[:, 3:])", base[:, 3:], 0, 0),
+        ("every other column (x = base[:, ::2])", base[:, ::2], 1, 0),
+        ("a matrix of 40 columns, from column 32 (8 lanes in C)",
+         torch.randn(64, 40, generator=gen), 1, 32),
+    ]
+
+
+def ex01_sectors(warp_sectors):
+    """Lesson 01, exercise 3: the 32-byte sectors a warp's request ``x[row, col0 + lane]``
+    touches, from the view's strides, element size and address."""
+    mistakes = [
+        (dict(stride=False), "the strides: a transposed or sliced view is not row-major; "
+         "how many elements apart its rows and its columns are is x.stride()"),
+        (dict(elem=False), "the element size: offsets count elements, addresses count bytes "
+         "(x.element_size() bytes per element)"),
+        (dict(base=False), "where the view starts: a slice begins x.storage_offset() elements "
+         "into its storage; x.data_ptr() is its first element's byte address, and sectors "
+         "are counted from address 0"),
+        (dict(guard=False), "lanes past the last column: they fail the kernel's bounds check "
+         "and read nothing"),
+        (dict(sector=128), "the sector size: a request is served in 32-byte sectors, not "
+         "128-byte lines"),
+    ]
+    cases = _sector_cases()
+    with _answer("warp_sectors"):
+        got = [warp_sectors(x, row, col0) for _, x, row, col0 in cases]
+    want = [_sectors_truth(x, row, col0) for _, x, row, col0 in cases]
+    if got != want:
+        # the mistake whose answers are the learner's on every view
+        why = next((w for flags, w in mistakes
+                    if got == [_sectors_truth(x, r, c0, **flags) for _, x, r, c0 in cases]),
+                   "the byte address of each lane's element (the view's first element, its "
+                   "strides, its element size), then the distinct 32-byte sectors among the "
+                   "lanes whose column is inside x")
+        j = next(n for n, (g, w) in enumerate(zip(got, want)) if g != w)
+        what, x, row, col0 = cases[j]
+        raise ExerciseError(
+            f"{what} (strides {tuple(x.stride())}, {x.element_size()}-byte elements), row "
+            f"{row}, columns from {col0}: got {got[j]!r} sectors, expected {want[j]}.\n"
+            f"Likely cause: {why}")
+    return (f"warp_sectors: right on {len(cases)} views (row-major float32 {want[0]} sectors, "
+            f"transposed {want[2]}, float16 {want[3]}, starting 3 columns in {want[5]})")
+
+
+_traffic_cache = {}
+
+
+def _measured_traffic(kernel, M, N, K):
+    """{("A", "load"): bytes, ...}: the sectors a launch of the registered lesson-01 kernel
+    requests, measured with counters.trace, times 32 bytes."""
+    key = (kernel, M, N, K)
+    if key not in _traffic_cache:
+        from . import counters
+        from .kernels import k01_naive
+        launch = {"k01_naive": k01_naive.naive, "k01_coalesced": k01_naive.coalesced}[kernel]
+        a, b = harness.make_operands(M, N, K)
+        c = torch.empty(M, N)
+        with counters.trace(A=a, B=b, C=c) as t:
+            launch(a, b, c)
+        per = defaultdict(int)
+        for (space, arr, op, *_), req in t.requests("global").items():
+            per[(arr, op)] += counters.sectors_per_request(req) * counters.SECTOR_BYTES
+        _traffic_cache[key] = dict(per)
+    return _traffic_cache[key]
+
+
+def ex01_traffic(traffic):
+    """Lesson 01, exercise 4: the flops and the bytes requested (sectors x 32) of a launch of
+    ``k01_naive`` and ``k01_coalesced``, checked against the simulator's count."""
+    lines = []
+    for kernel, other in (("k01_coalesced", "k01_naive"), ("k01_naive", "k01_coalesced")):
+        for M, N, K in ((64, 32, 8), (32, 64, 9)):
+            with _answer("traffic"):
+                got = traffic(kernel, M, N, K)
+            if not (isinstance(got, (tuple, list)) and len(got) == 2):
+                raise ExerciseError(f"traffic({kernel!r}, {M}, {N}, {K}) returned {got!r}: "
+                                    "return a pair (flops, bytes)")
+            flops, nbytes = got
+            where = f"{kernel}, M={M}, N={N}, K={K}"
+            if flops != 2 * M * N * K:
+                why = ("a multiply-add is 2 flops" if flops == M * N * K else
+                       "every element of C is a dot product of length K")
+                raise ExerciseError(f"{where}: {flops!r} flops, expected {2 * M * N * K}: {why}")
+            m = _measured_traffic(kernel, M, N, K)
+            want = sum(m.values())
+            if nbytes == want:
+                continue
+            mo = sum(_measured_traffic(other, M, N, K).values())
+            useful = 4 * (2 * M * N * K + M * N)
+            if nbytes == want // 32:
+                why = "that is the number of sectors: each sector is 32 bytes"
+            elif nbytes == m[("A", "load")] + m[("B", "load")]:
+                why = "the stores of C are warp requests too (one per warp, at the end)"
+            elif nbytes == mo:
+                why = (f"that is {other}'s traffic: in {kernel} consecutive threadIdx.x are "
+                       f"consecutive {'columns' if kernel == 'k01_coalesced' else 'rows'}")
+            elif nbytes == useful:
+                why = ("those are the bytes the lanes use; a request moves whole 32-byte "
+                       "sectors, however few of their bytes a lane needs")
+            else:
+                why = "count per warp and per k the sectors of A and of B, then the store of C"
+            raise ExerciseError(
+                f"{where}: {nbytes!r} bytes, the simulator counts {want} (A loads "
+                f"{m[('A', 'load')]}, B loads {m[('B', 'load')]}, C stores "
+                f"{m[('C', 'store')]}).\nLikely cause: {why}")
+        lines.append(f"{kernel} {2 * M * N * K / want:.2f}")
+    return ("traffic: flops and bytes right for both kernels; flops per requested byte at "
+            f"M={M}, N={N}, K={K}: " + ", ".join(lines))
+
+
 # ------------------------------------------------------------------ lesson 02
 T02 = 16
 _ref02 = {}
@@ -580,25 +721,212 @@ def ex02_tile_loop(kernel, T=T02):
     return str(report)
 
 
-def ex02_launch(launcher):
-    """Lesson 02, exercise 2: the launcher, run with a correct tiled kernel."""
-    kernel = _ref_k02()
-    return str(check_product(lambda a, b, c: launcher(kernel, a, b, c), "my_launcher",
-                             cases=_small_suite(("square", "rectangular", "ragged", "M=1", "N=1"))))
+class _LaunchRecorder:
+    """Stands for a numba kernel: ``inspect(config, args)`` sees each launch's (grid, block)
+    and arguments before it runs (and may raise), then the kernel is launched."""
+
+    def __init__(self, kernel, inspect):
+        self.kernel = kernel
+        self.inspect = inspect
+        self.launches = 0
+
+    def __getitem__(self, config):
+        def launch(*args):
+            self.inspect(config, args)
+            self.launches += 1
+            return self.kernel[config](*args)
+        return launch
+
+
+def _dims(d):
+    d = tuple(d) if isinstance(d, (tuple, list)) else (d,)
+    return tuple(int(x) for x in d) + (1,) * (3 - len(d))
+
+
+def ex02_launch(launcher, BM=16, BN=8):
+    """Lesson 02, exercise 2: the launcher of a correct BM x BN tiled kernel (threadIdx.x over
+    the BN columns of the tile, threadIdx.y over its BM rows): its block and its grid,
+    looked at before each launch, and the product on the shape suite."""
+    def inspect(config, args):
+        grid, block = _dims(config[0]), _dims(config[1])
+        M, N = args[2].shape
+        if block != (BN, BM, 1):
+            why = (f"the block is transposed: threadIdx.x runs over the BN = {BN} columns of "
+                   f"the tile, threadIdx.y over its BM = {BM} rows" if block[:2] == (BM, BN)
+                   else f"the kernel expects blocks of BN x BM = {BN} x {BM} threads (x: "
+                   "columns, y: rows)")
+            raise ExerciseError(f"M={M}, N={N}: the block is {block[:2]}: {why}")
+        need = (_cdiv(N, BN), _cdiv(M, BM))
+        if grid[0] < need[0] or grid[1] < need[1]:
+            if grid[:2] == (_cdiv(M, BM), _cdiv(N, BN)):
+                why = ("x and y swapped: blockIdx.x counts tiles along the columns (N), "
+                       "blockIdx.y along the rows (M)")
+            elif grid[:2] in ((N // BN, M // BM), (max(N // BN, 1), max(M // BM, 1))):
+                why = "integer division rounds down: a partial tile at the edge needs a block too"
+            else:
+                why = (f"{need[0]} blocks along x cover the {N} columns, {need[1]} along y "
+                       f"the {M} rows")
+            raise ExerciseError(f"M={M}, N={N}: {HINTS['grid']}: {grid[:2]} blocks of {BN} x "
+                                f"{BM} threads cover {grid[0] * BN} columns and {grid[1] * BM} "
+                                f"rows: {why}")
+
+    kernel = _LaunchRecorder(_rect_tiled(BM, BN), inspect)
+
+    def run(a, b, c):
+        before = kernel.launches
+        launcher(kernel, a, b, c)
+        if kernel.launches == before:
+            raise ExerciseError("my_launcher did not launch the kernel (kernel[grid, block](...))")
+
+    return str(check_product(run, "my_launcher", cases=_small_suite(
+        ("square", "rectangular", "ragged", "M=1", "N=1"))))
 
 
 def ex02_loads(fn):
-    """Lesson 02, exercise 3: global loads per element of C, counted by the learner."""
-    for M, N, K in ((32, 32, 32), (16, 32, 48)):
+    """Lesson 02, exercise 3: global loads per element of C, counted by the learner in a
+    trace of the launch it is given (the tiled kernel on shapes that are and are not
+    multiples of the tile, and lesson 01's coalesced kernel): a formula cannot pass."""
+    from . import counters
+    from .kernels.k01_naive import coalesced
+    launches = (("the tiled kernel (T = 16)", _ref_launch02, 32, 32, 32),
+                ("the tiled kernel (T = 16)", _ref_launch02, 16, 32, 48),
+                ("the tiled kernel (T = 16), a ragged shape", _ref_launch02, 20, 20, 24),
+                ("lesson 01's k01_coalesced", coalesced, 16, 16, 8))
+    for what, launcher, M, N, K in launches:
         with _answer("global_loads_per_element"):
-            got = fn(_ref_launch02, M, N, K)
-        want = 2 * K / T02
-        if not (isinstance(got, (int, float)) and math.isclose(got, want)):
-            raise ExerciseError(
-                f"M={M}, N={N}, K={K}: {got!r} global loads per element of C; a {T02} x {T02} "
-                f"tiled kernel makes 2K / T = {want:g}. Count only accesses with space "
-                "'global' and op 'load', then divide by M * N")
-    return "global loads per element of C: 2K / T (lesson 01: 2K)"
+            got = fn(launcher, M, N, K)
+        a, b = harness.make_operands(M, N, K)
+        c = torch.empty(M, N)
+        with counters.trace(A=a, B=b, C=c) as t:
+            launcher(a, b, c)
+        glob = sum(1 for x in t.accesses if x.space == "global" and x.op == "load")
+        want = glob / (M * N)
+        if isinstance(got, (int, float)) and math.isclose(got, want):
+            continue
+        shared = sum(1 for x in t.accesses if x.space == "shared" and x.op == "load")
+        stores = sum(1 for x in t.accesses if x.space == "global" and x.op == "store")
+        mistakes = [
+            ((glob + shared) / (M * N), "shared loads counted too: count only the accesses "
+             "whose space is 'global'"),
+            ((glob + stores) / (M * N), "stores counted too: count only the accesses whose op "
+             "is 'load'"),
+            (glob, "the total, not per element: divide by M * N"),
+            (2 * K / T02, f"the formula 2K / T holds for the {T02} x {T02} tiled kernel on "
+             "multiples of the tile only: count the loads the launch makes (t.accesses)"),
+            (2 * K, "the formula 2K holds for lesson 01's kernel only: count the loads the "
+             "launch makes (t.accesses)"),
+        ]
+        why = next((w for v, w in mistakes
+                    if isinstance(got, (int, float)) and math.isclose(got, v)),
+                   "count the accesses with space 'global' and op 'load' of the launch, then "
+                   "divide by M * N")
+        raise ExerciseError(
+            f"{what}, M={M}, N={N}, K={K}: {got!r} global loads per element of C, the trace "
+            f"counts {want:g}.\nLikely cause: {why}")
+    return ("global loads per element of C, counted: 2K / T for the tiled kernel on multiples "
+            "of the tile, more on a ragged shape; 2K for lesson 01's kernel")
+
+
+_rect02 = {}
+
+
+def _rect_tiled(BM, BN, BK=4):
+    """A tiled kernel with a BM x BN tile of C per block of BM x BN threads: per K-tile the
+    block loads the BM x BK tile of A and the BK x BN tile of B, each element once, and
+    stores 0 (loads nothing) for elements outside A or B."""
+    key = (BM, BN, BK)
+    if key not in _rect02:
+        _numba_globals()
+
+        @cuda.jit
+        def rect_tiled(A, B, C):
+            sA = cuda.shared.array((BM, BK), float32)
+            sB = cuda.shared.array((BK, BN), float32)
+            M, K = A.shape
+            N = B.shape[1]
+            tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+            tid = ty * BN + tx
+            m0, n0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
+            acc = float32(0.0)
+            for k0 in range(0, K, BK):
+                for e in range(tid, BM * BK, BM * BN):
+                    r, kk = e // BK, e % BK
+                    sA[r, kk] = A[m0 + r, k0 + kk] if m0 + r < M and k0 + kk < K else 0.0
+                for e in range(tid, BK * BN, BM * BN):
+                    kk, c = e // BN, e % BN
+                    sB[kk, c] = B[k0 + kk, n0 + c] if k0 + kk < K and n0 + c < N else 0.0
+                cuda.syncthreads()
+                for kk in range(BK):
+                    acc += sA[ty, kk] * sB[kk, tx]
+                cuda.syncthreads()
+            if m0 + ty < M and n0 + tx < N:
+                C[m0 + ty, n0 + tx] = acc
+        _rect02[key] = rect_tiled
+    return _rect02[key]
+
+
+_loads02 = {}
+
+
+def _measured_loads(M, N, K, BM, BN):
+    """Global loads of one launch of the BM x BN tiled kernel, counted by counters.trace
+    (and the product checked, so that the count is of a correct kernel)."""
+    key = (M, N, K, BM, BN)
+    if key not in _loads02:
+        from . import counters
+        kernel = _rect_tiled(BM, BN)
+        a, b = harness.make_operands(M, N, K)
+        c = torch.full((M, N), float("nan"))
+        with counters.trace(A=a, B=b, C=c) as t:
+            _sim(kernel, (_cdiv(N, BN), _cdiv(M, BM)), (BN, BM), a, b, c)
+        ok, _, _ = harness.compare(c, harness.reference(a, b), a, b, torch.float32)
+        assert ok, "the reference tiled kernel is wrong"
+        _loads02[key] = sum(1 for x in t.accesses if x.space == "global" and x.op == "load")
+    return _loads02[key]
+
+
+def ex02_reuse(global_loads):
+    """Lesson 02, exercise 4: the global loads of a BM x BN tiled launch on any shape
+    (partial edge tiles, masked loads), checked against the simulator's count."""
+    cases = ((16, 16, 8, 8, 8), (24, 12, 10, 8, 4), (20, 12, 10, 8, 4), (7, 30, 5, 4, 16),
+             (33, 9, 3, 16, 8))
+    for M, N, K, BM, BN in cases:
+        with _answer("global_loads"):
+            got = global_loads(M, N, K, BM, BN)
+        want = _measured_loads(M, N, K, BM, BN)
+        if got == want:
+            continue
+        cm, cn = _cdiv(M, BM), _cdiv(N, BN)
+        mistakes = [
+            (M * K * (N / BN) + K * N * (M / BM), "the block count is rounded up: a partial "
+             "block column at the right edge still loads its rows of A (and a partial block "
+             "row its columns of B)"),
+            (M * K * (N // BN) + K * N * (M // BM), "the block count is rounded up: a partial "
+             "block column at the right edge still loads its rows of A (and a partial block "
+             "row its columns of B)"),
+            (cm * BM * _cdiv(K, 4) * 4 * cn + _cdiv(K, 4) * 4 * cn * BN * cm, "masked loads: "
+             "a tile element outside A or B is stored as 0 without a load"),
+            (cn * BN * K * cm + K * cm * BM * cn, "masked loads: a tile element outside A or B "
+             "is stored as 0 without a load"),
+            (M * K * _cdiv(N, BM) + K * N * _cdiv(M, BN), "BM and BN swapped: an element of A "
+             "is loaded once by each block of its block row, that is once per block column "
+             "(cdiv(N, BN) times)"),
+            (M * K * cm + K * N * cn, "BM and BN swapped: an element of A is loaded once by "
+             "each block of its block row, that is once per block column (cdiv(N, BN) times)"),
+            (2 * K * M * N / BM, "the lesson's 2K / T holds for square tiles: here A and B "
+             "are reused by different factors"),
+            (M * K + K * N, "each block loads its own tiles: an element of A is loaded by every "
+             "block of its block row"),
+        ]
+        why = next((w for v, w in mistakes if isinstance(got, (int, float)) and got == v),
+                   "count per block: the rows of A and the columns of B it covers, inside A "
+                   "and B, times K")
+        raise ExerciseError(
+            f"M={M}, N={N}, K={K}, BM={BM}, BN={BN}: {got!r} global loads, the simulator counts "
+            f"{want}.\nLikely cause: {why}")
+    return ("global_loads: right on 5 launches (partial edge tiles, masked loads): each "
+            "element of A is loaded once per block column, each element of B once per block "
+            "row")
 
 
 # ------------------------------------------------------------------ lesson 03
@@ -613,10 +941,11 @@ def ex03_ways(ways):
     for i in range(5):
         cases[f"random {i}"] = [rng.randrange(256) for _ in range(32)]
 
-    def truth(words):
-        banks = defaultdict(set)
+    def truth(words, nbanks=32, distinct=True):
+        banks = defaultdict(list)
         for w in words:
-            banks[w % 32].add(w)
+            if not distinct or w not in banks[w % nbanks]:
+                banks[w % nbanks].append(w)
         return max(len(s) for s in banks.values())
 
     for name, words in cases.items():
@@ -624,8 +953,12 @@ def ex03_ways(ways):
             got = ways(list(words))
         want = truth(words)
         if got != want:
-            why = ("lanes reading the same word are one broadcast: count distinct words"
-                   if len(set(words)) < len(words) else "the busiest bank decides: distinct words per bank w % 32")
+            if got == truth(words, distinct=False):
+                why = "lanes reading the same word are one broadcast: count distinct words"
+            elif got == truth(words, nbanks=16):
+                why = "shared memory has 32 banks: word w is in bank w % 32"
+            else:
+                why = "the busiest bank decides: distinct words per bank w % 32"
             raise ExerciseError(f"{name}: words {words[:6]}...: got {got}-way, expected "
                                 f"{want}-way ({why})")
     return "ways: right on 12 requests (broadcasts, strides, random)"
@@ -655,6 +988,154 @@ def ex03_swizzle(run_swizzled):
         raise ExerciseError(f"a shared-memory request is {worst}-way: the store and the read "
                             "must spread a column of the logical tile over 32 banks")
     return f"{report}; every shared-memory request is 1-way, with a 32 x 32 tile"
+
+
+def _ways_of_words(words):
+    banks = defaultdict(set)
+    for w in words:
+        banks[w % 32].add(w)
+    return max(len(s) for s in banks.values())
+
+
+def _bank_of(i, k, width, pad, elem_bytes, *, use_pad=True, use_bytes=True, nbanks=32,
+             transposed=False, words=True):
+    row = width + pad if use_pad else width
+    e = elem_bytes if use_bytes else 4
+    off = (k * row + i) if transposed else (i * row + k)
+    if not words:
+        return (off * e) % nbanks
+    if not use_bytes:
+        return off % nbanks
+    return (off * e // 4) % nbanks
+
+
+def ex03_bank(bank):
+    """Lesson 03, exercise 3: the bank of element (i, k) of a shared tile whose rows are
+    ``width + pad`` elements of ``elem_bytes`` bytes."""
+    points = [(i, k, width, pad, e) for e in (4, 2, 1) for width in (32, 8, 16, 64)
+              for pad in (0, 1, 2, 4) for i in range(32)
+              for k in sorted({0, 1, 3, width - 1})]
+    with _answer("bank"):
+        got = [bank(*p) for p in points]
+    want = [_bank_of(*p) for p in points]
+    if got != want:
+        mistakes = [
+            (dict(use_pad=False), "the padding: a padded row is width + pad elements long"),
+            (dict(use_bytes=False), "the element size: offsets count elements, banks count "
+             "4-byte words (how many bytes from the start of the tile is the element?)"),
+            (dict(transposed=True), "rows and columns: the tile is stored row after row "
+             "(row-major): element (i, k) comes after i whole rows and k elements of its row"),
+            (dict(nbanks=16), "the number of banks: shared memory has 32 banks"),
+            (dict(words=False), "bytes, not words: a bank is 4 bytes wide (byte offset // 4, "
+             "then % 32)"),
+        ]
+        why = next((w for flags, w in mistakes
+                    if got == [_bank_of(*p, **flags) for p in points]), None)
+        if why is None and any(isinstance(g, float) for g in got):
+            why = ("a whole word: elements smaller than 4 bytes share their 4-byte word "
+                   "(integer division, //)")
+        j = next(n for n, (g, w) in enumerate(zip(got, want)) if g != w)
+        i, k, width, pad, e = points[j]
+        why = why or ("the byte offset of element (i, k), divided by the 4 bytes of a word, "
+                      "then modulo 32")
+        raise ExerciseError(
+            f"bank(i={i}, k={k}, width={width}, pad={pad}, elem_bytes={e}) = {got[j]!r}, "
+            f"expected {want[j]}.\nLikely cause: {why}")
+    ways = {}
+    for e, pad in ((4, 0), (4, 1), (2, 0), (2, 1), (2, 2), (1, 0), (1, 4)):
+        ways[(e, pad)] = _ways_of_words(
+            [(i * (32 + pad) * e) // 4 for i in range(32)])
+    text = ", ".join(f"{e}-byte pad {p}: {w}-way" for (e, p), w in ways.items())
+    return f"bank: right on {len(points)} elements; a column read of a 32-wide tile: {text}"
+
+
+_swz03 = {}
+
+
+def _swizzled_k8(swizzle, BN=4):
+    """Lesson 03's column-walk kernel with a 32 x 8 tile of A (BK = 8, no padding): element
+    (r, c) of the tile is stored at column swizzle(r, c) of its row, and read from there."""
+    _numba_globals()
+    BK = 8
+
+    @cuda.jit
+    def swizzled_k8(A, B, C):
+        sA = cuda.shared.array((32, BK), float32)   # (m, k), swizzled columns
+        sB = cuda.shared.array((BK, BN), float32)   # (k, n)
+        M, K = A.shape
+        N = B.shape[1]
+        lane = cuda.threadIdx.x                     # row of the C tile
+        ty = cuda.threadIdx.y                       # column of the C tile
+        tid = ty * 32 + lane
+        m0 = cuda.blockIdx.y * 32
+        n0 = cuda.blockIdx.x * BN
+        acc = float32(0.0)
+        for k0 in range(0, K, BK):
+            for e in range(tid, 32 * BK, 32 * BN):  # a warp stores 4 rows of 8
+                r = e // BK
+                c = e % BK
+                v = float32(0.0)
+                if m0 + r < M and k0 + c < K:
+                    v = A[m0 + r, k0 + c]
+                sA[r, swizzle(r, c)] = v
+            if tid < BK * BN:
+                kr = tid // BN
+                c = tid % BN
+                sB[kr, c] = B[k0 + kr, n0 + c] if k0 + kr < K and n0 + c < N else 0.0
+            cuda.syncthreads()
+            for k in range(BK):                     # the warp walks down column k
+                acc += sA[lane, swizzle(lane, k)] * sB[k, ty]
+            cuda.syncthreads()
+        if m0 + lane < M and n0 + ty < N:
+            C[m0 + lane, n0 + ty] = acc
+
+    def run(a, b, c):
+        M, N = c.shape
+        _sim(swizzled_k8, (_cdiv(N, BN), _cdiv(M, 32)), (32, BN), a, b, c)
+    return run
+
+
+def ex03_xor_swizzle(swizzle):
+    """Lesson 03, exercise 4: an XOR swizzle of a 32 x 8 float32 tile: every row a
+    permutation of its 8 columns, every column walk of a warp 1-way; then in the kernel."""
+    import numbers
+    from . import counters
+    with _answer("swizzle"):
+        table = [[swizzle(r, c) for c in range(8)] for r in range(32)]
+    odd = next((v for row in table for v in row if not isinstance(v, numbers.Integral)), None)
+    if odd is not None:
+        raise ExerciseError(f"swizzle returned {odd!r}: return a column, an int from 0 to 7")
+    for r, row in enumerate(table):
+        if sorted(row) != list(range(8)):
+            raise ExerciseError(
+                f"row {r}: columns 0..7 go to {row}: a swizzle must send the 8 columns of a "
+                "row to the columns 0..7, each once (a permutation); otherwise two elements "
+                "share a place or one falls outside the row (XOR with a value from 0 to 7 "
+                "stays within 0..7)")
+    for k in range(8):
+        words = [8 * i + table[i][k] for i in range(32)]
+        w = _ways_of_words(words)
+        if w > 1:
+            by_bank = defaultdict(list)
+            for i, word in enumerate(words):
+                by_bank[word % 32].append(i)
+            lanes = max(by_bank.values(), key=len)
+            raise ExerciseError(
+                f"column {k}: a warp reading sA[lane, {k}] is {w}-way: lanes {lanes[:4]} "
+                f"land in bank {words[lanes[0]] % 32}. A row is 8 words, so rows i and i + 4 "
+                "start in the same bank: the 8 rows with the same i % 4 need 8 different "
+                "columns for column k (what of the row tells them apart?)")
+    run = _swizzled_k8(swizzle)
+    report = check_product(run, "swizzle in the kernel", cases=_small_suite(("square", "ragged")))
+    a, b = harness.make_operands(32, 8, 16)
+    c = torch.empty(32, 8)
+    with counters.trace(A=a, B=b, C=c) as t:
+        run(a, b, c)
+    worst = t.max_shared_ways()
+    if worst != 1:
+        raise ExerciseError(f"in the kernel a shared-memory request is {worst}-way")
+    return (f"{report}; every row a permutation, every shared-memory request 1-way "
+            "(column walks and tile stores)")
 
 
 # ------------------------------------------------------------------ lesson 04
