@@ -102,6 +102,14 @@ def test_table_covers_every_graded_exercise():
     assert caught >= 0.9 * len(MUTANTS), f"only {caught} of {len(MUTANTS)} mutants are caught"
 
 
+def test_every_lesson_has_at_least_four_graded_exercises():
+    for path in sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")):
+        checks = list(_exercise_cells(json.loads(path.read_text())))
+        assert len(checks) >= 4, f"{path.stem}: {len(checks)} graded exercises, fewer than 4"
+    lessons = {p.stem[:2] for p in (ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")}
+    assert lessons >= {f"{n:02d}" for n in range(1, 10)}, sorted(lessons)
+
+
 @pytest.mark.parametrize("notebook,check,mutant", MUTANTS,
                          ids=[f"{nb}:{c}:{m['name']}" for nb, c, m in MUTANTS])
 def test_mutant_is_caught_with_its_hint(notebook, check, mutant):
