@@ -172,3 +172,13 @@ def test_the_autotuner_times_configs_with_different_splits_on_one_workspace():
     assert len(tuned.configs_timings) == 3 and tuned.best_config in cfgs
     _, counts = sk._BUFFERS[harness.make_operands(1, 1, 1, torch.float16)[0].device]
     assert int(counts.abs().sum()) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_the_pruner_keeps_a_config_for_every_shape_and_dtype(dtype):
+    every = sk.CONFIGS + sk.FP32_CONFIGS
+    wanted = sk.FP32_CONFIGS if dtype == torch.float32 else sk.CONFIGS
+    for M in (1, 16, 17, 33, 64, 100, 1000, 8192):
+        for N, K in ((1, 1), (64, 16384), (4096, 4096), (14336, 4096)):
+            kept = sk.prune_for_gpu(every, dtype, sk.m_bucket(M), N, K, sms=132)
+            assert kept and all(c in wanted for c in kept), (M, N, K, dtype)

@@ -140,27 +140,22 @@ def make_config(BM, BN, BK, num_warps, num_stages, split_k=1, group_size_m=8):
                          num_warps=num_warps, num_stages=num_stages)
 
 
-# fp16 / bf16. Large outputs: lesson 08's tiles, no split. Small M: 16-, 32- and 64-row
+# fp16 / bf16. Large outputs: lesson 08's widest tiles, no split. Small M: 16-, 32- and 64-row
 # tiles (tl.dot pads a 16-row tile to the tensor cores' instruction shape), 128 deep where
 # the tile is short (fewer loop steps for the same shared memory), each with a few splits.
+# The families kept are those that were the fastest config, or within 3% of it, on some
+# shape of gemm_lessons.shapes.SHAPES_LLM (tools/sweep_shapes.py times all of them).
 CONFIGS = [
     make_config(128, 256, 64, 8, 3),
     make_config(128, 256, 64, 8, 4),
-    make_config(256, 128, 64, 8, 3),
     make_config(128, 128, 64, 4, 4),
     make_config(128, 128, 64, 8, 4),
-    make_config(128, 128, 128, 8, 3),
     make_config(64, 256, 64, 4, 4),
-    make_config(128, 64, 64, 4, 4),
-    make_config(64, 128, 64, 4, 4),
-    make_config(128, 128, 64, 8, 4, split_k=2),    # mid-size outputs with a long K
-    make_config(128, 128, 64, 8, 4, split_k=4),
+    *[make_config(64, 128, 64, 4, 4, split_k=s) for s in (1, 2, 4)],
+    make_config(64, 64, 128, 4, 4, split_k=4),
+    *[make_config(32, 64, 128, 4, 4, split_k=s) for s in (1, 2, 4)],
     *[make_config(16, 64, 128, 4, 4, split_k=s) for s in (1, 2, 4, 8)],
     *[make_config(16, 128, 128, 4, 4, split_k=s) for s in (1, 2, 4)],
-    *[make_config(32, 64, 128, 4, 4, split_k=s) for s in (1, 2, 4)],
-    *[make_config(32, 128, 64, 4, 4, split_k=s) for s in (1, 2, 4)],
-    *[make_config(64, 64, 128, 4, 4, split_k=s) for s in (2, 4)],
-    *[make_config(64, 128, 64, 4, 4, split_k=s) for s in (2, 4)],
 ]
 # fp32 with IEEE products (FMA units): small tiles, 32 deep
 FP32_CONFIGS = [
@@ -208,13 +203,16 @@ def prune_for_gpu(configs, dtype, M, N, K, sms=None):
     bucket, see the module docstring)."""
     sms = sm_count() if sms is None else sms
     wanted = FP32_CONFIGS if dtype == torch.float32 else CONFIGS
+    fit = [c for c in configs if c in wanted and smem_bytes(c, dtype) <= SMEM_LIMIT]
+    if not fit:
+        raise ValueError(f"no {dtype} config of {len(configs)} fits in shared memory")
+    # the shortest tiles there are, when none is as short as the output (fp32's 32 rows)
+    shortest = min(_kw(c)[0] for c in fit)
     keep = []
-    for c in configs:
+    for c in fit:
         BM, BN, BK, S = _kw(c)
         tiles = cdiv(M, BM) * cdiv(N, BN)
-        if c not in wanted or smem_bytes(c, dtype) > SMEM_LIMIT:
-            continue                                  # another dtype's, or does not fit
-        if BM > max(16, M) or BM < min(M, 64):
+        if BM > max(16, M, shortest) or BM < min(M, 64):
             continue                                  # taller than the output, or short
             #                                           tiles where 64-row ones fit
         if S > 1 and (tiles >= sms                    # the tiles alone fill the GPU
@@ -222,6 +220,7 @@ def prune_for_gpu(configs, dtype, M, N, K, sms=None):
                       or tiles * S > MAX_WAVES_SPLIT * sms):       # more splits than SMs
             continue
         keep.append(c)
+    keep = keep or fit
     busy = [c for c in keep if 2 * programs(c, M, N) >= sms]
     if busy:
         return busy
