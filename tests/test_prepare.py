@@ -179,7 +179,7 @@ def test_recorded_triton_launch_replays_with_the_current_stream(monkeypatch):
     monkeypatch.setattr(type(driver), "active",
                         property(lambda self: type("Fake", (), {"launcher_cls": FakeLauncher})))
     a, b = operands(torch.float32)
-    out = torch.full((a.shape[0], b.shape[1]), float("nan"))
+    out = torch.full((a.shape[0], b.shape[1]), float("nan"), device=a.device)
     launcher = FakeLauncher()
     real_call = FakeLauncher.__call__
     with api._Recorder() as rec:

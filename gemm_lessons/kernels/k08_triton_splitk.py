@@ -56,7 +56,8 @@ from .k08_triton_autotune import SMEM_LIMIT, cpu_timer
 __all__ = ["splitk_kernel", "make_config", "CONFIGS", "FP32_CONFIGS", "INTERPRETER_CONFIG",
            "MIN_K_TILES_PER_SPLIT", "m_bucket", "smem_bytes", "programs", "waves",
            "prune_for_gpu", "prune", "autotune", "splitk_autotuned", "workspace_elems",
-           "buffers", "matmul", "asm_job", "label", "chosen_config", "cpu_timer"]
+           "buffers", "matmul", "asm_job", "label", "chosen_config", "cpu_timer",
+           "graph_timer"]
 
 
 # ------------------------------------------------------------------ the kernel
@@ -236,8 +237,18 @@ def prune(configs, named_args, **kwargs):
                          named_args["N"], named_args["K"])
 
 
-def autotune(kernel=splitk_kernel, configs=None, do_bench=None, prune_configs=prune):
-    """``kernel`` under ``triton.autotune``, keyed on the shape bucket (M_BUCKET, N, K)."""
+def graph_timer(fn, quantiles=None):
+    """The autotuner's timer on a GPU: ``fn`` replayed from a CUDA graph
+    (``triton.testing.do_bench_cudagraph``). A product of a few microseconds takes less time
+    on the GPU than its launch takes on the host, and timed call after call every config
+    would measure the same host; replayed, they are told apart by their GPU time."""
+    from triton.testing import do_bench_cudagraph
+    return do_bench_cudagraph(fn, quantiles=quantiles)
+
+
+def autotune(kernel=splitk_kernel, configs=None, do_bench=graph_timer, prune_configs=prune):
+    """``kernel`` under ``triton.autotune``, keyed on the shape bucket (M_BUCKET, N, K),
+    its configs timed by ``do_bench`` (:func:`graph_timer`)."""
     return triton.autotune(
         configs=CONFIGS + FP32_CONFIGS if configs is None else configs,
         key=["M_BUCKET", "N", "K"],       # (and the operands' dtypes, which Triton adds)
