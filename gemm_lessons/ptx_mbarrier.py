@@ -279,6 +279,12 @@ else:
                                       f"-{TX_LIMIT}")
             _complete_if_done(b)
 
+    def describe(bars, idx):
+        """'mbarrier full[2] (stage 2), phase 3': the barrier's name and current phase (a
+        PTXUsageError if it was never initialized)."""
+        b = _get("describe", bars, idx)
+        return f"{b.where()}, phase {b.phase}"
+
     def _satisfied(b, parity):
         return (b.phase & 1) != parity
 
