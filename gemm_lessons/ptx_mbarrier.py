@@ -46,7 +46,7 @@ from ._ptx_plumbing import PTXUsageError, set_doc
 __all__ = ["SIMULATED", "MIN_CC", "INSTRUCTIONS", "MbarrierDeadlock", "MbarrierTxError",
            "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx",
            "mbarrier_try_wait_parity", "mbarrier_wait", "fence_mbarrier_init",
-           "TX_LIMIT"]
+           "named_barrier_sync", "TX_LIMIT"]
 
 SIMULATED = pl.SIMULATED
 
@@ -69,6 +69,7 @@ INSTRUCTIONS = {
     "mbarrier_try_wait_parity": ("mbarrier.try_wait.parity.shared::cta.b64 p, [bar], parity",
                                  (9, 0), "SYNCS.PHASECHK.TRANS64.TRYWAIT"),
     "fence_mbarrier_init": ("fence.mbarrier_init.release.cluster", (9, 0), "FENCE.VIEW..."),
+    "named_barrier_sync": ("bar.sync id, nthreads", (7, 0), "BAR.SYNC"),
 }
 
 
@@ -159,6 +160,18 @@ if not SIMULATED:
     fence_mbarrier_init = pl.barrier_op("fence_mbarrier_init",
                                         "fence.mbarrier_init.release.cluster;")
 
+    @intrinsic
+    def named_barrier_sync(typingctx, bar_id, nthreads):
+        if not (pl.is_int(bar_id) and pl.is_int(nthreads)):
+            raise PTXUsageError(f"named_barrier_sync: the barrier id and the thread count "
+                                f"must be integers, got {bar_id}, {nthreads}")
+
+        def codegen(context, builder, sig, args):
+            pl.asm_call(builder, "bar.sync $0, $1;", "r,r,~{memory}",
+                        [pl.as_i32(builder, args[0], sig.args[0]),
+                         pl.as_i32(builder, args[1], sig.args[1])], [I32, I32])
+        return types.void(bar_id, nthreads), codegen
+
     @cuda.jit(device=True, inline="always")
     def mbarrier_wait(bars, idx, parity):
         while not mbarrier_try_wait_parity(bars, idx, parity):
@@ -174,11 +187,11 @@ else:
 
     class _Barrier:
         """The state the PTX ISA gives an mbarrier, and a name for messages."""
-        __slots__ = ("name", "count", "pending", "tx", "phase", "token")
+        __slots__ = ("name", "count", "pending", "tx", "phase", "token", "kind")
         made = 0
 
-        def __init__(self, name, count):
-            self.name, self.count = name, count
+        def __init__(self, name, count, kind="mbarrier"):
+            self.name, self.count, self.kind = name, count, kind
             _Barrier.made += 1
             self.token = _Barrier.made        # written into the barrier's word
             self.pending, self.tx, self.phase = count, 0, 0
@@ -188,8 +201,8 @@ else:
                     f"{self.tx} transaction bytes outstanding")
 
         def where(self):
-            return f"mbarrier {self.name} (stage {self.name.rsplit('[', 1)[-1][:-1]})" \
-                if self.name.endswith("]") else f"mbarrier {self.name}"
+            return f"{self.kind} {self.name} (stage {self.name.rsplit('[', 1)[-1][:-1]})" \
+                if self.name.endswith("]") else f"{self.kind} {self.name}"
 
     def _name_of(arr, idx):
         """'full[2]': the name the kernel gives the barrier array (read from the calling
@@ -317,10 +330,47 @@ else:
     def fence_mbarrier_init():
         pass
 
+    _named = {}          # bar.sync id -> _Barrier (this block's)
+
+    def named_barrier_sync(bar_id, nthreads):
+        """Arrive on named barrier ``bar_id`` and wait until ``nthreads`` threads have."""
+        fn = "named_barrier_sync"
+        if not (pl.is_int(bar_id) and pl.is_int(nthreads)):
+            raise PTXUsageError(f"{fn}: the barrier id and the thread count must be integers, "
+                                f"got {bar_id!r}, {nthreads!r}")
+        if not 0 <= bar_id < 16:
+            raise PTXUsageError(f"{fn}: barrier ids are 0 to 15, got {bar_id}")
+        if nthreads <= 0 or nthreads % 32:
+            raise PTXUsageError(f"{fn}: the thread count must be a positive multiple of 32 "
+                                f"(whole warps), got {nthreads}")
+        with _lock:
+            b = _named.get(int(bar_id))
+            if b is None:
+                b = _named[int(bar_id)] = _Barrier(str(int(bar_id)), int(nthreads),
+                                                   "named barrier")
+            if b.count != nthreads:
+                raise PTXUsageError(f"{fn}: named barrier {bar_id} is used with {b.count} "
+                                    f"and with {nthreads} threads in the same phase")
+            parity = b.phase & 1
+            b.pending -= 1
+            _complete_if_done(b)
+        th = threading.current_thread()
+        with _lock:
+            while not _satisfied(b, parity):
+                if getattr(th, "abort", False):
+                    raise RuntimeError("abort flag set while waiting on a named barrier")
+                err = getattr(th, "gl_mbarrier_error", None)
+                if err is not None:
+                    raise err
+                th.gl_mbarrier_wait = (b, parity)
+                _lock.wait(0.05)
+            th.gl_mbarrier_wait = None
+
     # ----------------------------------------------------------- the scheduler's hooks
     def block_started():
         with _lock:
             _bars.clear()
+            _named.clear()
 
     def stalled(threads):
         """Called by the scheduler when every live thread is blocked (at a syncthreads or an
@@ -405,6 +455,12 @@ _DOCS = {
     "mbarrier_wait": """mbarrier_wait(bars, i, parity): wait until the phase of ``bars[i]``
     with parity ``parity`` has completed: a loop on :func:`mbarrier_try_wait_parity` (a
     device function).""",
+    "named_barrier_sync": """named_barrier_sync(bar_id, nthreads): wait until ``nthreads``
+    threads (whole warps) have reached named barrier ``bar_id`` (1 to 15; 0 is the one
+    ``cuda.syncthreads`` uses): a barrier for part of the block, such as the consumer
+    warpgroups of a warp-specialized kernel.
+
+    PTX: ``bar.sync bar_id, nthreads``; compute capability 7.0.""",
     "fence_mbarrier_init": """fence_mbarrier_init(): make the ``mbarrier_init`` of this
     thread visible to other threads and to the asynchronous copy engines (before the
     ``syncthreads`` that publishes the barriers).
