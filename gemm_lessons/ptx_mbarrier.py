@@ -59,17 +59,18 @@ TX_LIMIT = (1 << 20) - 1
 #: The expected arrival count of a barrier: 1 to 2**20 - 1.
 COUNT_LIMIT = (1 << 20) - 1
 
-#: name: (PTX, minimum compute capability, SASS)
+#: name: (PTX, minimum compute capability, SASS): the SASS as ptxas writes it for sm_90a
+#: (``compiled.sass`` of ``k06_producer_consumer``'s PTX)
 INSTRUCTIONS = {
     "mbarrier_init": ("mbarrier.init.shared::cta.b64 [bar], count", (8, 0), "SYNCS.EXCH.64"),
     "mbarrier_arrive": ("mbarrier.arrive.shared::cta.b64 state, [bar]", (8, 0),
-                        "SYNCS.ARRIVE.TRANS64.RED.A1T0"),
+                        "SYNCS.ARRIVE.TRANS64.A1T0"),
     "mbarrier_arrive_expect_tx": ("mbarrier.arrive.expect_tx.shared::cta.b64 state, [bar], tx",
-                                  (9, 0), "SYNCS.ARRIVE.TRANS64.A1TR"),
+                                  (9, 0), "SYNCS.ARRIVE.TRANS64 (the byte count in a register)"),
     "mbarrier_try_wait_parity": ("mbarrier.try_wait.parity.shared::cta.b64 p, [bar], parity",
                                  (9, 0), "SYNCS.PHASECHK.TRANS64.TRYWAIT"),
-    "fence_mbarrier_init": ("fence.mbarrier_init.release.cluster", (9, 0), "FENCE.VIEW..."),
-    "named_barrier_sync": ("bar.sync id, nthreads", (7, 0), "BAR.SYNC"),
+    "fence_mbarrier_init": ("fence.mbarrier_init.release.cluster", (9, 0), "FENCE.VIEW.ASYNC.S"),
+    "named_barrier_sync": ("bar.sync id, nthreads", (7, 0), "BAR.SYNC.DEFER_BLOCKING"),
 }
 
 

@@ -198,3 +198,33 @@ def test_the_ptx_has_each_instruction_and_ptxas_takes_it_for_sm_90a():
         rep = compiled.ptxas_report(text, (9, 0))
         if rep is not None:
             assert rep["spill_stores"] == 0 and rep["stack_bytes"] == 0
+
+
+# ------------------------------------------------------------- named barriers: part of a block
+def make_named(parties):
+    """Threads 0..63 meet at named barrier 1 (expecting ``parties`` threads), then read what
+    the others wrote; threads 64..95 take no part."""
+    @cuda.jit
+    def named(out):
+        s = cuda.shared.array(64, float32)
+        tid = cuda.threadIdx.x
+        if tid < 64:
+            s[tid] = float32(tid)
+            mb.named_barrier_sync(1, parties)
+            out[tid] = s[63 - tid]
+    return named
+
+
+@needs_hopper
+def test_a_named_barrier_orders_the_threads_that_take_part():
+    out = np.full(96, np.nan, np.float32)
+    make_named(64)[1, 96](out)
+    assert (out[:64] == np.arange(64)[::-1]).all() and np.isnan(out[64:]).all()
+
+
+@sim_only
+def test_a_named_barrier_that_never_fills_is_a_deadlock():
+    with pytest.raises(mb.MbarrierDeadlock, match=r"64 thread\(s\) wait with parity 0 on "
+                       r"named barrier 1: its phase 0 \(parity 0\) never completes, 32 of 96 "
+                       r"arrivals pending"):
+        make_named(96)[1, 96](np.zeros(96, np.float32))
