@@ -37,6 +37,7 @@ wrong byte count therefore fails within seconds on a laptop instead of hanging a
 """
 from __future__ import annotations
 
+import contextlib
 import sys
 import threading
 
@@ -46,7 +47,7 @@ from ._ptx_plumbing import PTXUsageError, set_doc
 __all__ = ["SIMULATED", "MIN_CC", "INSTRUCTIONS", "MbarrierDeadlock", "MbarrierTxError",
            "mbarrier_init", "mbarrier_arrive", "mbarrier_arrive_expect_tx",
            "mbarrier_try_wait_parity", "mbarrier_wait", "fence_mbarrier_init",
-           "named_barrier_sync", "TX_LIMIT"]
+           "named_barrier_sync", "TX_LIMIT", "record"]
 
 SIMULATED = pl.SIMULATED
 
@@ -185,6 +186,19 @@ else:
     _lock = threading.Condition()
     _bars = {}           # address -> _Barrier (this block's barriers)
     _stall_hooks = []    # functions that may make progress when every thread waits
+    _trace = []          # the events of record(), while one records
+    _recording = [False]
+
+    def note(op, b, phase, thread=None, **extra):
+        """Record one event (while :func:`record` runs); returns its index, or None. The
+        caller holds the lock."""
+        if not _recording[0]:
+            return None
+        if thread is None:
+            thread = int(getattr(threading.current_thread(), "thread_id", -1))
+        _trace.append(dict(seq=len(_trace), thread=thread, op=op, barrier=b.name,
+                           kind=b.kind, phase=phase, **extra))
+        return len(_trace) - 1
 
     class _Barrier:
         """The state the PTX ISA gives an mbarrier, and a name for messages."""
@@ -267,6 +281,7 @@ else:
         with _lock:
             if b.pending == 0:       # cannot happen: a phase completes at its last arrival
                 raise MbarrierTxError(f"{b.where()}: arrival on a completed phase")
+            note("arrive", b, b.phase)
             b.pending -= 1
             _complete_if_done(b)
         _land_some()
@@ -278,20 +293,30 @@ else:
         _check_count(fn, "nbytes", nbytes, 0, TX_LIMIT)
         b = _get(fn, bars, idx)
         with _lock:
+            note("expect_tx", b, b.phase, nbytes=int(nbytes))
             b.tx += int(nbytes)
             b.pending -= 1
             _complete_if_done(b)
         _land_some()
 
-    def complete_tx(bars, idx, nbytes):
-        """A copy of ``nbytes`` completed on the barrier (called by the TMA emulation)."""
+    def complete_tx(bars, idx, nbytes, origin=None):
+        """A copy of ``nbytes`` completed on the barrier (called by the TMA emulation;
+        ``origin``: the recorded event of its issue)."""
         b = _get("complete_tx", bars, idx)
         with _lock:
+            note("complete_tx", b, b.phase, thread=-1, nbytes=int(nbytes), origin=origin)
             b.tx -= int(nbytes)
             if b.tx < -TX_LIMIT:
                 raise MbarrierTxError(f"{b.where()}, phase {b.phase}: tx-count below "
                                       f"-{TX_LIMIT}")
             _complete_if_done(b)
+
+    def note_copy(bars, idx, nbytes):
+        """Record the issue of a copy that will complete on ``bars[idx]``; its event index
+        (None when nothing records)."""
+        b = _get("note_copy", bars, idx)
+        with _lock:
+            return note("copy", b, b.phase, nbytes=int(nbytes))
 
     def describe(bars, idx):
         """'mbarrier full[2] (stage 2), phase 3': the barrier's name and current phase (a
@@ -322,6 +347,8 @@ else:
                 th.gl_mbarrier_wait = (b, parity)
                 _lock.wait(0.05)
             th.gl_mbarrier_wait = None
+            # the phase that completed with this parity (-1: the one before the first)
+            note("wait", b, b.phase - 1, parity=parity)
         return True
 
     def mbarrier_wait(bars, idx, parity):
@@ -353,6 +380,7 @@ else:
                 raise PTXUsageError(f"{fn}: named barrier {bar_id} is used with {b.count} "
                                     f"and with {nthreads} threads in the same phase")
             parity = b.phase & 1
+            note("arrive", b, b.phase)
             b.pending -= 1
             _complete_if_done(b)
         th = threading.current_thread()
@@ -422,6 +450,28 @@ else:
         sim_scheduler.add_hooks(block_started, stalled)
 
     _install()
+
+
+@contextlib.contextmanager
+def record():
+    """Record every mbarrier (and named barrier) operation of the kernels launched inside the
+    ``with`` block, in the order the simulator ran them: yields the list that fills, one
+    dict per event with ``seq``, ``thread`` (threadIdx.x; -1 for the copy engine), ``op``
+    ('arrive', 'expect_tx', 'copy', 'complete_tx', 'wait': recorded when the wait returns),
+    ``barrier`` ('full[2]'), ``kind``, ``phase`` (the phase the event belongs to; for a wait
+    the phase that completed, -1 for the one before the first) and, where they apply,
+    ``parity``, ``nbytes`` and ``origin`` (the copy a completion belongs to). Simulator only:
+    a GPU records nothing, and this raises there."""
+    if not SIMULATED:
+        raise RuntimeError("mbarrier events are recorded by the simulator only")
+    with _lock:
+        _trace.clear()
+        _recording[0] = True
+    try:
+        yield _trace
+    finally:
+        with _lock:
+            _recording[0] = False
 
 
 _DOCS = {

@@ -183,7 +183,7 @@ else:
     from . import ptx, sim_scheduler
 
     _queue_lock = threading.Lock()
-    _inflight = []                 # [(dst bytes view, positions, data, bars, bi, nbytes)]
+    _inflight = []                 # [(dst bytes view, positions, data, bars, bi, nbytes, origin)]
     _rng = [None, None]            # (mode, random.Random) of the random landing mode
 
     def _decode(tmap, fn):
@@ -194,9 +194,9 @@ else:
         return [int(v) for v in w[1:9]]
 
     def _land(copy):
-        view, pos, data, bars, bi, nbytes = copy
+        view, pos, data, bars, bi, nbytes, origin = copy
         view[pos] = data
-        mb.complete_tx(bars, bi, nbytes)
+        mb.complete_tx(bars, bi, nbytes, origin)
 
     def _land_inflight(final):
         """Land every copy in flight (``final``), or in the random mode each with even
@@ -262,9 +262,9 @@ else:
         if swz == SWIZZLE_BYTES:
             pos = swizzled_offset(pos)
         view = d.view(np.uint8)
-        mb.describe(bars, bi)                                # an initialized barrier
+        origin = mb.note_copy(bars, bi, nbytes)              # (an initialized barrier)
         view[pos] = 0xFF                                     # poison until it lands
-        copy = (view, pos, box.reshape(-1), bars, bi, nbytes)
+        copy = (view, pos, box.reshape(-1), bars, bi, nbytes, origin)
         with _queue_lock:
             _inflight.append(copy)
         _land_inflight(False)
