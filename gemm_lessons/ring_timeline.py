@@ -19,7 +19,8 @@ import matplotlib.pyplot as plt
 
 from .common import run_on_simulator
 
-__all__ = ["record_ring", "phase_table", "happens_before", "ring_plot", "timeline_plot"]
+__all__ = ["record_ring", "phase_table", "happens_before", "ring_plot", "timeline_plot",
+           "broken_ring"]
 
 PRODUCER, CONSUMERS = 0, (128, 256)     # threadIdx.x of the threads the pictures follow
 
@@ -45,6 +46,29 @@ def record_ring(k_tiles=6, stages=4):
     k-tiles and ``stages`` stages, recorded on the simulator (the product is checked): the
     producer's thread, the first thread of each consumer warpgroup, and the copy engine."""
     return run_on_simulator("gemm_lessons.ring_timeline:_record", k_tiles, stages)
+
+
+def _broken(bug):
+    import torch
+
+    from . import harness
+    from .kernels import k06_producer_consumer as k06pc
+    from .ptx_mbarrier import MbarrierDeadlock
+    a, b = harness.make_operands(128, 64, 64 * 9, torch.float16, seed=0)
+    out = torch.full((128, 64), float("nan"), dtype=torch.float16)
+    try:
+        k06pc.run(a, b, None, out, bug=bug)
+    except MbarrierDeadlock as err:
+        return f"{type(err).__name__}: {err}"
+    return "no deadlock"
+
+
+def broken_ring(bug):
+    """What the simulator says when ``k06_producer_consumer`` is built with ``bug``
+    ('parity' or 'no_release', see ``make_kernel``) and run on one 128 x 64 tile with 9
+    k-tiles: the deadlock's message (on a GPU, in a simulator child process: the real
+    kernel would hang)."""
+    return run_on_simulator("gemm_lessons.ring_timeline:_broken", bug)
 
 
 def phase_table(events):

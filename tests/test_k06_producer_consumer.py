@@ -185,3 +185,31 @@ def test_bad_arguments_get_clear_errors():
         k06pc.ProducerConsumerConfig(STAGES=1)
     with pytest.raises(ValueError, match="bug must be one of"):
         k06pc.make_kernel(k06pc.SIM_CONFIG, bug="late")
+
+
+# ------------------------------------------------------------ the lesson's recorded timeline
+def test_the_recorded_ring_waits_with_the_parities_the_lesson_states():
+    from gemm_lessons import ring_timeline as rt
+    events = rt.record_ring(k_tiles=6, stages=4)
+    rows = rt.phase_table(events).splitlines()[1:]
+    assert len(rows) == 6
+    for kt, row in enumerate(rows):
+        s, r = kt % 4, kt // 4
+        before = "(the phase before the first)" if r == 0 else f"(phase {r - 1})"
+        assert f"empty[{s}]  parity {(r & 1) ^ 1} {before}" in row, row
+        assert f"full[{s}]   parity {r & 1} (phase {r})" in row, row
+    # every wait returns after the arrivals (and copies) that completed its phase
+    t = rt.happens_before(events)
+    for w in (e for e in events if e["op"] == "wait" and e["phase"] >= 0):
+        fills = [e for e in events if e["op"] in ("arrive", "expect_tx", "complete_tx")
+                 and (e["barrier"], e["kind"], e["phase"]) == (w["barrier"], w["kind"],
+                                                               w["phase"])]
+        assert fills and all(t[f["seq"]] < t[w["seq"]] for f in fills)
+        assert all(f["seq"] < w["seq"] for f in fills)          # as the simulator ran them
+
+
+def test_the_lesson_shows_what_a_broken_ring_reports():
+    from gemm_lessons import ring_timeline as rt
+    msg = rt.broken_ring("no_release")
+    assert msg.startswith("MbarrierDeadlock: deadlock in block (0, 0, 0)")
+    assert "mbarrier empty[0] (stage 0): its phase 0 (parity 0) never completes" in msg
