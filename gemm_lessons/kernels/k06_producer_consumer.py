@@ -20,9 +20,10 @@ the ``syncthreads``:
 * ``full[s]``: stage s holds its tile. The producer announces the stage's bytes
   (``mbarrier_arrive_expect_tx``: one arrival, ``STAGE_BYTES`` to come); the TMA copies
   complete them. Consumers wait on it;
-* ``empty[s]``: every consumer has finished reading stage s. Lane 0 of each consumer warp
-  arrives after ``wgmma_wait_group(1)`` says the wgmma of that stage are done (4 arrivals
-  per consumer warpgroup). The producer waits on it before it overwrites the stage.
+* ``empty[s]``: every consumer has finished reading stage s. Every consumer thread
+  arrives after ``wgmma_wait_group(1)`` says the wgmma of that stage are done (128
+  arrivals per consumer warpgroup: one instruction per warp, as for one lane's). The
+  producer waits on it before it overwrites the stage.
 
 k-tile ``kt`` uses stage ``s = kt % STAGES`` in round ``r = kt // STAGES``; a wait for the
 phase of round r passes parity ``r & 1``. The producer waits on ``empty`` with parity
@@ -116,7 +117,7 @@ def make_kernel(cfg, bf16=False, bug=None):
     STAGE_BYTES = 2 * STAGE                         # what the copies of one stage deliver
     B_BOXES = BN // 64                              # 64 x 64 TMA boxes of B per stage
     B_LBO = BK * 128                                # bytes between B's 64-column atoms
-    EMPTY_ARRIVALS = 4 * CONSUMERS                  # lane 0 of every consumer warp
+    EMPTY_ARRIVALS = 128 * CONSUMERS                # every consumer thread
     EMPTY_PARITY0 = 0 if bug == "parity" else 1     # the producer's parity in round 0
     RELEASE = bug != "no_release"
     LDC = BN + 4                                    # epilogue scratch row (floats)
@@ -175,7 +176,7 @@ def make_kernel(cfg, bf16=False, bug=None):
                           B_LBO)
                 wgmma_commit_group()
                 wgmma_wait_group(1, acc, NACC)      # tile kt - 1's wgmma are done ...
-                if RELEASE and kt > 0 and tid % 32 == 0:
+                if RELEASE and kt > 0:
                     mbarrier_arrive(empty, (kt - 1) % STAGES)   # ... so its stage is free
             wgmma_wait_group(0, acc, NACC)
 
