@@ -88,9 +88,12 @@ def _run(self, grid_point, *args):
                 t.syncthreads_event.set()
         elif waiting and blocked + waiting >= len(live):
             for _, stalled in _HOOKS:            # some wait on an mbarrier: can any progress?
-                err = stalled(live)
+                try:
+                    err = stalled(live)          # (landing a copy may find it was wrong)
+                except Exception as exc:        # noqa: BLE001  (raised below, as it is)
+                    err = exc
                 if err is not None:
-                    _stop_deadlocked(live, abort_all, err)
+                    _stop_deadlocked(abort_all, err)
         live = [t for t in live if t.is_alive()]
         time.sleep(POLL_SECONDS)                 # let the threads run
     for t in threads:
@@ -98,13 +101,9 @@ def _run(self, grid_point, *args):
             raise t.exception[0].with_traceback(t.exception[1])
 
 
-def _stop_deadlocked(live, abort_all, err):
-    """Stop a deadlocked block: its waiters raise ``err`` (the hook told them), the threads
-    at the syncthreads are aborted; then ``err`` is raised here."""
-    deadline = time.monotonic() + JOIN_SECONDS
-    for t in live:
-        if _mbarrier_waiting(t):
-            t.join(max(0.0, deadline - time.monotonic()))
+def _stop_deadlocked(abort_all, err):
+    """Stop a block that cannot go on: every thread is aborted (a thread waiting on an
+    mbarrier sees the flag within a poll), then ``err`` is raised here."""
     abort_all()
     raise err
 

@@ -129,6 +129,9 @@ def _deadlock(bug):
     with pytest.raises(mb.MbarrierDeadlock) as info:
         make_ring(bug)[1, CONSUMERS + 1](out)
     assert time.monotonic() - t0 < 20
+    import threading
+    from numba.cuda.simulator.kernel import BlockThread
+    assert not [t for t in threading.enumerate() if isinstance(t, BlockThread) and t.is_alive()]
     return str(info.value)
 
 

@@ -122,6 +122,14 @@ def test_fewer_bytes_announced_than_the_box_delivers_is_a_tx_error():
     with pytest.raises(mb.MbarrierTxError, match=r"bar\[0\] \(stage 0\), phase 0 .* 4096 "
                                                  r"bytes more than"):
         _run(make_load(expect_bytes=ROWS * 64), a, 0, 0)
+    _no_thread_left()
+
+
+def _no_thread_left():
+    # the failed block's threads were stopped, not left waiting
+    import threading
+    from numba.cuda.simulator.kernel import BlockThread
+    assert not [t for t in threading.enumerate() if isinstance(t, BlockThread) and t.is_alive()]
 
 
 @sim_only
@@ -133,6 +141,7 @@ def test_more_bytes_announced_than_the_box_delivers_is_a_deadlock():
                        r"completes, 0 of 1 arrivals pending, 128 transaction bytes"):
         _run(make_load(expect_bytes=ROWS * 128 + 128), a, 0, 0)
     assert time.monotonic() - t0 < 20
+    _no_thread_left()
 
 
 @cuda.jit
