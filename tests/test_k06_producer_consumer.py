@@ -169,13 +169,30 @@ def test_ptx_is_tma_mbarriers_and_wgmma_with_no_local_memory():
                "fence.mbarrier_init.release.cluster", "wgmma.wait_group.sync.aligned 1",
                "bar.sync"):
         assert op in text, op
+    start, producer, consumer = k06pc.registers(k06pc.GPU_CONFIG)
+    assert f"setmaxnreg.dec.sync.aligned.u32 {producer};" in text
+    assert f"setmaxnreg.inc.sync.aligned.u32 {consumer};" in text
     assert "cp.async.cg" not in text and "ldmatrix" not in text
     assert "ld.local" not in text and "st.local" not in text   # accumulators in registers
     rep = compiled.ptxas_report(text, (9, 0), warnings=True)
     if rep is not None:
         threads = 128 * (1 + k06pc.GPU_CONFIG.BM // 64)
         assert rep["spill_stores"] == 0 and rep["registers"] * threads <= 65536
-        assert rep["warnings"] == []                    # no wgmma serialized by ptxas
+        # every thread starts at the count registers() assumes: what the producer gives
+        # back is then exactly what the consumers' setmaxnreg.inc waits for
+        assert rep["registers"] == start
+        assert rep["warnings"] == []        # no wgmma serialized, no setmaxnreg ignored
+
+
+def test_the_registers_the_producer_gives_back_cover_what_the_consumers_take():
+    for bm in (64, 128, 192, 256):
+        cfg = k06pc.ProducerConsumerConfig(BM=bm, BN=64)
+        start, producer, consumer = k06pc.registers(cfg)
+        consumers = bm // 64
+        assert start * 128 * (1 + consumers) <= 65536
+        assert 24 <= producer <= start <= consumer <= 256 and consumer % 8 == 0
+        assert 128 * (start - producer) >= 128 * consumers * (consumer - start)
+    assert k06pc.registers(k06pc.GPU_CONFIG) == (168, 40, 232)
 
 
 def test_bad_arguments_get_clear_errors():
@@ -187,6 +204,13 @@ def test_bad_arguments_get_clear_errors():
         k06pc.ProducerConsumerConfig(STAGES=1)
     with pytest.raises(ValueError, match="bug must be one of"):
         k06pc.make_kernel(k06pc.SIM_CONFIG, bug="late")
+    if SIM:
+        from gemm_lessons import ptx_hopper
+        from gemm_lessons.ptx import PTXUsageError
+        with pytest.raises(PTXUsageError, match="multiple of 8 from 24 to 256"):
+            ptx_hopper.setmaxnreg_inc(260)
+        with pytest.raises(PTXUsageError, match="multiple of 8 from 24 to 256"):
+            ptx_hopper.setmaxnreg_dec(20)
 
 
 # ------------------------------------------------------------ the lesson's recorded timeline

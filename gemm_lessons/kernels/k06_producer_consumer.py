@@ -14,6 +14,11 @@ This kernel gives each warpgroup one job:
 * the **consumers** (warpgroups 1 and 2, 64 rows of the BM x BN tile each) issue wgmma on
   the stages and keep the accumulators, BN / 2 floats per thread.
 
+The producer needs few registers and the consumers many: every thread starts with the
+block's even share (168 with 384 threads), then the producer warpgroup lowers its limit to
+40 (``setmaxnreg_dec``) and the consumers raise theirs (``setmaxnreg_inc``) by what it gave
+up (:func:`registers`).
+
 Two sets of mbarriers (:mod:`gemm_lessons.ptx_mbarrier`), one of each per stage, replace
 the ``syncthreads``:
 
@@ -52,10 +57,12 @@ from numba.types import float16
 from .. import engines
 from .. import ptx
 from ..common import cdiv
-from ..ptx_hopper import (SWIZZLE_SMEM_ALIGN, wgmma_commit_group, wgmma_fence, wgmma_mma,
-                          wgmma_store_d, wgmma_wait_group)
+from ..ptx_hopper import (SWIZZLE_SMEM_ALIGN, setmaxnreg_dec, setmaxnreg_inc,
+                          wgmma_commit_group, wgmma_fence, wgmma_mma, wgmma_store_d,
+                          wgmma_wait_group)
 from ..ptx_mbarrier import (fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx,
                             mbarrier_init, mbarrier_wait, named_barrier_sync)
+from ..ptx_simt import launch_bounds
 from ..ptx_tma import tensor_map_2d, tma_addressable, tma_load_2d
 from . import FP16_BF16, Kernel
 from . import k06_wgmma
@@ -123,8 +130,9 @@ def make_kernel(cfg, bf16=False, bug=None):
     LDC = BN + 4                                    # epilogue scratch row (floats)
     OUT_ITERS = 64 * BN // 128                      # output elements per consumer thread
     SMEM_BYTES = max(STAGES * STAGE_BYTES, BM * LDC * 4)
+    REGS, PRODUCER_REGS, CONSUMER_REGS = registers(cfg)
 
-    @cuda.jit
+    @cuda.jit(**launch_bounds(NT, 1))        # ptxas starts every thread at REGS registers
     def producer_consumer(tA, tB, C, Out, M, N, K, alpha, beta):
         # tA, tB: tensor maps of A (M, K) and B (K, N) (boxes BM x 64 and 64 x 64);
         # C: read when beta != 0; Out: (M, N); alpha, beta: float32
@@ -145,7 +153,8 @@ def make_kernel(cfg, bf16=False, bug=None):
         cuda.syncthreads()                          # the last block-wide barrier
 
         if wg == 0:
-            # -- the producer: one thread fills the ring
+            # -- the producer: one thread fills the ring; its warpgroup gives registers back
+            setmaxnreg_dec(PRODUCER_REGS)
             if tid == 0:
                 for kt in range(k_tiles):
                     s = kt % STAGES
@@ -157,7 +166,8 @@ def make_kernel(cfg, bf16=False, bug=None):
                         tma_load_2d(smem, base + A_STAGE + j * 64 * BK, tB, bn + 64 * j,
                                     kt * BK, full, s)
         else:
-            # -- a consumer: 64 rows of the tile
+            # -- a consumer: 64 rows of the tile, with the registers the producer gave up
+            setmaxnreg_inc(CONSUMER_REGS)
             acc = cuda.local.array(NACC, float32)
             for i in range(NACC):
                 acc[i] = float32(0.0)
@@ -197,9 +207,22 @@ def make_kernel(cfg, bf16=False, bug=None):
                     Out[gr, gc] = to_out(v)
 
     producer_consumer.threads = NT
+    producer_consumer.launch_bounds = (NT, 1)
     producer_consumer.smem_bytes = SMEM_BYTES
     producer_consumer.config = cfg
     return producer_consumer
+
+
+def registers(cfg):
+    """(registers per thread at the start, the producer's after ``setmaxnreg_dec``, the
+    consumers' after ``setmaxnreg_inc``): the start is what one block of 128 x (1 + BM / 64)
+    threads may have (65536 registers per SM, in steps of 8); the consumers take what the
+    producer warpgroup gives back, shared between them, up to 256."""
+    threads = 128 * (1 + cfg.BM // 64)
+    start = (65536 // threads) // 8 * 8
+    producer = 40
+    consumer = min(256, (start + (start - producer) // (cfg.BM // 64)) // 8 * 8)
+    return start, producer, consumer
 
 
 # ------------------------------------------------------------------------------ launchers
@@ -279,9 +302,9 @@ def blas_gemm(a3, b3, c3, out, alpha, beta, bias, activation):
 
 def _ptx(cc, bf16=False):
     dt = "int16" if bf16 else "float16"
-    return (make_kernel(GPU_CONFIG, bf16=bf16).py_func,
-            f"void(int64[::1], int64[::1], {dt}[:, :], {dt}[:, ::1], int64, int64, int64, "
-            f"float32, float32)")
+    k = make_kernel(GPU_CONFIG, bf16=bf16)
+    return (k.py_func, f"void(int64[::1], int64[::1], {dt}[:, :], {dt}[:, ::1], int64, int64, "
+                       f"int64, float32, float32)", {"launch_bounds": k.launch_bounds})
 
 
 KERNELS = [
