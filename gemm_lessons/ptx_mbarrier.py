@@ -34,6 +34,15 @@ each barrier waited on (its array and index, which is the stage of a ring), the 
 parity, and what the phase still lacks (arrivals, bytes). A copy that delivers more bytes
 than the phase expects raises :class:`MbarrierTxError`. A wrong parity, a missing arrive or a
 wrong byte count therefore fails within seconds on a laptop instead of hanging a GPU.
+
+Also here: :func:`named_barrier_sync` (``bar.sync id, n``: a barrier for part of the block,
+emulated with the same phase rules and deadlock detection), and :func:`record`, which notes
+every barrier operation the simulator runs (the lesson's phase timeline).
+
+The simulator runs the threads of a warp independently, where a GPU runs them together:
+a kernel in which one lane arrives for its whole warp after a warp-wide wait is right on a
+GPU and may not be here. Let every thread that read a stage arrive (``mbarrier_init`` with
+that many arrivals): on a GPU that is still one instruction per warp.
 """
 from __future__ import annotations
 
