@@ -363,3 +363,57 @@ _DOCS = {
 for _name, _doc in _DOCS.items():
     set_doc(globals()[_name], _doc)
 del _name, _doc
+
+
+# ============================================ setmaxnreg: registers between warpgroups
+INSTRUCTIONS["setmaxnreg_inc"] = ("setmaxnreg.inc.sync.aligned.u32 N", (9, 0),
+                                  "USETMAXREG.TRY_ALLOC.CTAPOOL")
+INSTRUCTIONS["setmaxnreg_dec"] = ("setmaxnreg.dec.sync.aligned.u32 N", (9, 0),
+                                  "USETMAXREG.DEALLOC.CTAPOOL")
+
+
+def _check_nreg(fn, n):
+    if not 24 <= n <= 256 or n % 8:
+        raise PTXUsageError(f"{fn}: the register count must be a multiple of 8 from 24 to "
+                            f"256, got {n}")
+
+
+if not SIMULATED:
+    def _setmaxnreg(kind):
+        fn = f"setmaxnreg_{kind}"
+
+        @intrinsic_literal
+        def op(typingctx, n):
+            nreg = pl.literal_int(fn, "n", n)
+            _check_nreg(fn, nreg)
+
+            def codegen(context, builder, sig, args):
+                pl.asm_call(builder, f"setmaxnreg.{kind}.sync.aligned.u32 {nreg};",
+                            "~{memory}")
+            return types.void(n), codegen
+        op.__name__ = fn
+        return op
+
+    setmaxnreg_inc = _setmaxnreg("inc")
+    setmaxnreg_dec = _setmaxnreg("dec")
+else:
+    def setmaxnreg_inc(n):
+        if not pl.is_int(n):
+            raise PTXUsageError(msg_literal("setmaxnreg_inc", "n", repr(n)))
+        _check_nreg("setmaxnreg_inc", n)
+
+    def setmaxnreg_dec(n):
+        if not pl.is_int(n):
+            raise PTXUsageError(msg_literal("setmaxnreg_dec", "n", repr(n)))
+        _check_nreg("setmaxnreg_dec", n)
+
+set_doc(setmaxnreg_inc, """setmaxnreg_inc(n): raise this warpgroup's per-thread register limit
+    to ``n`` (a constant, a multiple of 8 from 24 to 256), taking registers that other
+    warpgroups released with :func:`setmaxnreg_dec`; warpgroup-wide. PTX
+    ``setmaxnreg.inc.sync.aligned.u32 n``; compute capability 9.0 (sm_90a). The simulator
+    has no registers: there it only checks ``n``.""")
+set_doc(setmaxnreg_dec, """setmaxnreg_dec(n): lower this warpgroup's per-thread register
+    limit to ``n`` (a constant, a multiple of 8 from 24 to 256) and give the rest back to
+    the block's pool, for another warpgroup's :func:`setmaxnreg_inc`. PTX
+    ``setmaxnreg.dec.sync.aligned.u32 n``; compute capability 9.0 (sm_90a).""")
+__all__ += ["setmaxnreg_inc", "setmaxnreg_dec"]

@@ -11,6 +11,14 @@ the same rules (all live threads blocked in ``syncthreads`` -> release them all;
 exception aborts the block and is raised, here once the block's other threads have stopped)
 and sleeps briefly between polls. It is applied by
 :mod:`gemm_lessons.engines` whenever the simulator is chosen, and only to the simulator.
+
+Threads may also block on an ``mbarrier`` (:mod:`gemm_lessons.ptx_mbarrier`), which only other
+threads' arrivals or a copy in flight can release. The scheduler calls that module's hooks
+(:func:`add_hooks`): once at the start of each block, and whenever every live thread is
+blocked and not all of them at the ``syncthreads``. The hook lands copies still in flight,
+or, where nothing can progress any more, returns the deadlock error: the block is stopped
+and the error raised (:class:`~gemm_lessons.ptx_mbarrier.MbarrierDeadlock`), instead of a
+kernel that never returns.
 """
 from __future__ import annotations
 
@@ -24,6 +32,20 @@ import numpy as np
 POLL_SECONDS = 2e-4
 JOIN_SECONDS = 60.0      # how long an aborted block's other threads get to stop
 
+_HOOKS = []              # (block_started(), stalled(live threads) -> None or an error)
+
+
+def add_hooks(block_started, stalled):
+    """Register ``block_started()`` (called before a block's threads start) and
+    ``stalled(live)`` (called when every live thread is blocked, not all at the
+    syncthreads; returns None if something can progress, else the deadlock error to raise)."""
+    if (block_started, stalled) not in _HOOKS:
+        _HOOKS.append((block_started, stalled))
+
+
+def _mbarrier_waiting(t):
+    return getattr(t, "gl_mbarrier_wait", None) is not None
+
 
 def _run(self, grid_point, *args):
     from numba.cuda.simulator.kernel import BlockThread
@@ -31,6 +53,8 @@ def _run(self, grid_point, *args):
     def target():
         self._f(*args)
 
+    for started, _ in _HOOKS:
+        started()
     threads = []
     for block_point in np.ndindex(*self._block_dim):
         t = BlockThread(target, self, grid_point, block_point, self._debug)
@@ -51,21 +75,37 @@ def _run(self, grid_point, *args):
 
     live = list(threads)
     while live:
-        blocked = 0
+        blocked = waiting = 0
         for t in live:
             if t.exception:
                 abort_all()
                 raise t.exception[0].with_traceback(t.exception[1])
             blocked += bool(t.syncthreads_blocked)
+            waiting += _mbarrier_waiting(t)
         if blocked == len(live):                 # every live thread waits at the barrier
             for t in live:
                 t.syncthreads_blocked = False
                 t.syncthreads_event.set()
+        elif waiting and blocked + waiting >= len(live):
+            for _, stalled in _HOOKS:            # some wait on an mbarrier: can any progress?
+                try:
+                    err = stalled(live)          # (landing a copy may find it was wrong)
+                except Exception as exc:        # noqa: BLE001  (raised below, as it is)
+                    err = exc
+                if err is not None:
+                    _stop_deadlocked(abort_all, err)
         live = [t for t in live if t.is_alive()]
         time.sleep(POLL_SECONDS)                 # let the threads run
     for t in threads:
         if t.exception:
             raise t.exception[0].with_traceback(t.exception[1])
+
+
+def _stop_deadlocked(abort_all, err):
+    """Stop a block that cannot go on: every thread is aborted (a thread waiting on an
+    mbarrier sees the flag within a poll), then ``err`` is raised here."""
+    abort_all()
+    raise err
 
 
 def _patch(sim):
