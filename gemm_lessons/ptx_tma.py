@@ -242,6 +242,11 @@ else:
         col, row = int(col), int(row)
         if not (-2**31 <= col < 2**31 and -2**31 <= row < 2**31):
             raise PTXUsageError(f"{fn}: coordinates are 32-bit integers, got {col}, {row}")
+        if (col * size) % 16:
+            raise PTXUsageError(f"{fn}: the box's first column must start on a 16-byte "
+                                f"boundary of the row (col x {size} bytes a multiple of 16), "
+                                f"got col = {col}; an H200 stops such a kernel with an "
+                                f"illegal-instruction error")
         off = pl.byte_offset(d, di, fn, "the shared destination")
         pl.check_aligned(fn, "the shared destination", "byte offset in the array", 128, off)
         nbytes = box_rows * box_cols * size
