@@ -152,6 +152,11 @@ def test_more_bytes_announced_than_the_box_delivers_is_a_deadlock():
     _no_thread_left()
 
 
+# a device function on the GPU, plain Python on the simulator
+_acc_row_col = (ptx_hopper.acc_row_col if ptx_hopper.SIMULATED
+                else cuda.jit(device=True, inline="always")(ptx_hopper.acc_row_col))
+
+
 @cuda.jit
 def _tma_wgmma(tA, tB, D):
     # A (64 x 64) and B (64 x 64) by TMA, then D = A @ B by four wgmma k-steps
@@ -176,7 +181,7 @@ def _tma_wgmma(tA, tB, D):
     ptx_hopper.wgmma_commit_group()
     ptx_hopper.wgmma_wait_group(0, acc, 32)
     for i in range(32):
-        r, c = ptx_hopper.acc_row_col(t, i)
+        r, c = _acc_row_col(t, i)
         D[r, c] = acc[i]
 
 

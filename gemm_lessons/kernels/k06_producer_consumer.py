@@ -84,8 +84,8 @@ class ProducerConsumerConfig:
     GROUP_M: int = 8
 
     def __post_init__(self):
-        rules = [(self.BM in (64, 128, 192, 256), "BM 64, 128, 192 or 256 (a box of at most "
-                                                  "256 rows; one warpgroup per 64 rows)"),
+        rules = [(self.BM in (128, 192), "BM 128 or 192 (two or three consumer warpgroups "
+                                         "of 64 rows: the configurations run on an H200)"),
                  (self.BN in (64, 128, 192, 256), "BN 64, 128, 192 or 256 (a wgmma's N)"),
                  (self.STAGES >= 2, "STAGES >= 2 (a stage filled while another is read)"),
                  (self.GROUP_M >= 1, "GROUP_M >= 1"),
