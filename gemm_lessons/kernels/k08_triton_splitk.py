@@ -1,43 +1,22 @@
 """Lesson 08, shapes that are not square: split-K, and an autotune key by shape.
 
-The kernel is lesson 07's tile loop with one more grid axis. A GEMM with a short output and a
-long K (M = 16 rows of tokens, N = 4096, K = 4096) has few tiles of C: 16 x 128 tiles make
-32 programs, and 100 of an H200's 132 SMs sit idle while each of the 32 walks all of K. Split-K
-cuts K into ``SPLIT_K`` slices and gives each (tile, slice) pair its own program, so
-``tiles x SPLIT_K`` programs share the work; the slices' partial sums must then be added.
+Lesson 07's tile loop with one more grid axis: ``SPLIT_K`` slices of K, each (tile, slice)
+pair its own program, for outputs whose tiles are too few for the SMs (M = 16, N = 4096 in
+16 x 128 tiles: 32 programs for 132 SMs, each walking all of K alone).
 
-The reduction, in one launch and deterministic:
+The reduction is one launch and deterministic: every program stores its fp32 partial tile in
+a workspace slot and takes a ticket on its tile's counter (``tl.atomic_add``, ``acq_rel``:
+the release publishes its partial, the acquire lets the last one see the others'); the
+program that draws the last ticket adds the partials in the fixed order s = 0, 1, ...
+(the same bits on every run, unlike ``atomic_add`` on C), stores C once, and sets the
+counter back to 0 for the next launch. Workspace and counters are cached per device and
+grown when needed (:func:`buffers`; launches on one stream at a time). ``SPLIT_K = 1`` is
+lesson 07's kernel: the reduction is not compiled in and no workspace is touched.
 
-1. every program of a tile stores its fp32 partial tile in a workspace, at slot
-   ``(tile, slice)``;
-2. it then takes a *ticket* on the tile's counter (``tl.atomic_add(..., 1, sem="acq_rel")``:
-   the release publishes the partial to the other SMs, the acquire lets the winner see
-   theirs);
-3. the program that draws the last ticket (``SPLIT_K - 1``) adds the ``SPLIT_K`` partials in
-   the fixed order s = 0, 1, ..., ``SPLIT_K - 1`` (the same sum whichever program arrives
-   last, so two runs give the same bits, unlike ``atomic_add`` on C), rounds it once and
-   stores the tile of C;
-4. and sets the counter back to 0, so the next launch finds it zeroed with no memset.
-
-The workspace and the counters are allocated once per device and grown when a larger
-product needs more (:func:`buffers`). Two launches that share them must not overlap:
-calls on one CUDA stream never do; the launcher does not support calling it from two
-streams at once. ``SPLIT_K = 1`` is lesson 07's kernel: the reduction is a compile-time
-branch that is not compiled in, and no workspace is touched.
-
-Which ``SPLIT_K`` and which tile is a question for ``@triton.autotune`` (lesson 08): the
-configs carry ``SPLIT_K`` beside the tile sizes, and the pruner (:func:`prune_for_gpu`) keeps
-what can win on this shape: configs that fit in shared memory; tiles no taller than the
-output (a 128-row tile for 16 rows computes 112 rows of nothing), and no shorter than 64
-rows where the output has that many (every row of tiles reads all of B: 16-row tiles read it
-M / 16 times); splits only where the tiles alone leave SMs idle, with at least
-:data:`MIN_K_TILES_PER_SPLIT` K steps per slice and no more than two waves of programs; then
-the configs that keep at least half the SMs busy. The key is the shape *bucket* (``M_BUCKET``: M rounded up to a power of two, N, K):
-a new batch of 13 tokens reuses the choice made for 16 instead of timing every config again.
-
-Shapes and strides: as lesson 07 (rows and columns past the edge wrap around, loads are
-masked on K, the store on M and N, offsets are 32-bit and checked by the launcher). bf16 on
-the interpreter: see lesson 07's docstring.
+``@triton.autotune`` picks the tile and the split per shape *bucket* (``M_BUCKET``: M rounded
+up to a power of two; N; K), timing configs from CUDA graphs (:func:`graph_timer`), after
+the pruner (:func:`prune_for_gpu`, rules explained in lesson 08) keeps what can win.
+Shapes and strides: as lesson 07; bf16 on the interpreter: see lesson 07's docstring.
 """
 from __future__ import annotations
 
