@@ -151,14 +151,15 @@ def _launch_cost_tool():
     return mod
 
 
-def test_launch_cost_tool_parses_sizes_and_needs_a_gpu():
+def test_the_tools_parse_sizes_and_launch_cost_needs_a_gpu():
+    from gemm_lessons.shapes import shape_arg
     tool = _launch_cost_tool()
-    assert tool.dims("64") == (64, 64, 64)
-    assert tool.dims("16x4096x1024") == (16, 4096, 1024)
+    assert shape_arg("64") == (64, 64, 64)
+    assert shape_arg("16x4096x1024") == (16, 4096, 1024)
     import argparse
     for bad in ("0", "3x4", "a"):
         with pytest.raises(argparse.ArgumentTypeError, match="MxNxK"):
-            tool.dims(bad)
+            shape_arg(bad)
     if gl.backend() != "cuda":
         with pytest.raises(SystemExit, match="need a CUDA GPU"):
             tool.main(["--size", "64"])

@@ -54,6 +54,7 @@ from gemm_lessons import harness, registry  # noqa: E402
 from gemm_lessons.__main__ import _versions  # noqa: E402
 from gemm_lessons.common import dtype_name  # noqa: E402
 from gemm_lessons.results import FIELDS  # noqa: E402
+from gemm_lessons.shapes import shape_arg  # noqa: E402
 
 PATHS = ("matmul", "launcher", "prepared", "graph")
 EXTRA = ["gpu_ms", "batched_ms", "mode"]
@@ -89,15 +90,6 @@ def host_ms(fn, calls=100, repeats=7):
     return statistics.median(per_call)
 
 
-def dims(text):
-    """'64' -> (64, 64, 64); '16x4096x4096' -> (16, 4096, 4096) (M, N, K)."""
-    try:
-        d = [int(x) for x in text.lower().split("x")]
-    except ValueError:
-        d = []
-    if len(d) not in (1, 3) or min(d) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: want a size (64) or MxNxK (16x4096x4096)")
-    return tuple(d * 3 if len(d) == 1 else d)
 
 
 def default_dtype(entry):
@@ -166,7 +158,7 @@ def profile(entry, a, b, calls):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--size", type=dims, nargs="+", default=[(64, 64, 64)],
+    ap.add_argument("--size", type=shape_arg, nargs="+", default=[(64, 64, 64)],
                     help="M = N = K, or MxNxK (several: one table each; default 64)")
     ap.add_argument("--kernel", nargs="*", default=None,
                     help="registered names (default: every kernel this GPU runs)")

@@ -20,29 +20,11 @@ import torch
 
 import gemm_lessons as gl
 from gemm_lessons import harness, results
-from gemm_lessons.shapes import SHAPES_LLM, shape_name
+from gemm_lessons.__main__ import _versions
+from gemm_lessons.shapes import SHAPES_LLM, shape_arg, shape_name
 
 DEFAULT_KERNELS = ["k06_wgmma", "k07_triton_swizzle", "k08_triton_autotune", "k08_triton_tma",
                    "k09_fused_epilogue", "k08_triton_splitk"]
-
-
-def _shape(text):
-    try:
-        dims = [int(x) for x in text.lower().split("x")]
-    except ValueError:
-        dims = []
-    if len(dims) != 3 or min(dims) < 1:
-        raise argparse.ArgumentTypeError(f"a shape is MxNxK with positive sizes, got {text!r}")
-    return tuple(dims)
-
-
-def _versions():
-    from importlib import metadata
-    import platform
-    out = {"python": platform.python_version()}
-    for pkg in ("torch", "triton", "numba", "numba-cuda", "numpy"):
-        out[pkg] = metadata.version(pkg)
-    return out
 
 
 def check_on(kernel, M, N, K, dtype):
@@ -57,7 +39,7 @@ def check_on(kernel, M, N, K, dtype):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kernel", nargs="*", default=DEFAULT_KERNELS)
-    p.add_argument("--shape", nargs="*", type=_shape, default=list(SHAPES_LLM))
+    p.add_argument("--shape", nargs="*", type=shape_arg, default=list(SHAPES_LLM))
     p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
     p.add_argument("--csv", help="write the results (gemm_lessons.results format)")
     p.add_argument("--eager", action="store_true",

@@ -34,21 +34,11 @@ import gemm_lessons as gl
 from gemm_lessons import harness
 from gemm_lessons.common import sm_count
 from gemm_lessons.kernels import k08_triton_splitk as sk
-from gemm_lessons.shapes import SHAPES_LLM, shape_name
+from gemm_lessons.shapes import SHAPES_LLM, shape_arg, shape_name
 
 FIELDS = ["M", "N", "K", "config", "split_k", "ms", "baseline_ms", "ratio", "pruner_keeps",
           "status"]
 NEAR = 0.03     # "within 3% of the best"
-
-
-def _shape(text):
-    try:
-        dims = [int(x) for x in text.lower().split("x")]
-    except ValueError:
-        dims = []
-    if len(dims) != 3 or min(dims) < 1:
-        raise argparse.ArgumentTypeError(f"a shape is MxNxK with positive sizes, got {text!r}")
-    return tuple(dims)
 
 
 def sweep_shape(M, N, K, dtype, configs, *, batches, min_batch_ms, progress, deadline=None,
@@ -133,7 +123,7 @@ def summary(rows, near=NEAR):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--shape", nargs="*", type=_shape, default=[], help="extra MxNxK shapes")
+    p.add_argument("--shape", nargs="*", type=shape_arg, default=[], help="extra MxNxK shapes")
     p.add_argument("--only-extra", action="store_true", help="skip SHAPES_LLM")
     p.add_argument("--dtype", default="float16", choices=["float16", "bfloat16", "float32"])
     p.add_argument("--csv", default="sweep_shapes.csv")
