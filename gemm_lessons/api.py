@@ -125,6 +125,18 @@ def _check_out(out, a, M, N):
                          f"{a.device}; got {tuple(out.shape)} {_dt(out.dtype)} on {out.device}")
 
 
+def _checked_call(kernel, a, b, out):
+    """The registry entry of ``kernel`` and the output of ``a @ b`` (a new tensor, or
+    ``out`` checked), after every check of the operands."""
+    entry = _entry(kernel)
+    _validate(a, b, entry)
+    M, N = a.shape[0], b.shape[1]
+    if out is None:
+        return entry, torch.empty(M, N, dtype=a.dtype, device=a.device)
+    _check_out(out, a, M, N)
+    return entry, out
+
+
 def matmul(a, b, kernel="k01_coalesced", *, out=None):
     """``a @ b`` computed by ``kernel`` (a registered name, see :func:`kernels`).
 
@@ -136,13 +148,8 @@ def matmul(a, b, kernel="k01_coalesced", *, out=None):
     microseconds of Python before the GPU starts. To repeat one product many times on
     small operands, :func:`prepare` resolves all of it once.
     """
-    entry = _entry(kernel)
-    _validate(a, b, entry)
-    M, N = a.shape[0], b.shape[1]
-    if out is None:
-        out = torch.empty(M, N, dtype=a.dtype, device=a.device)
-    else:
-        _check_out(out, a, M, N)
+    entry, out = _checked_call(kernel, a, b, out)
+    M, N = out.shape
     if _backend.on_gpu():             # one launch: nothing to guard, no row slicing
         entry.launch(a, b, out)
         return out
@@ -321,13 +328,8 @@ def prepare(kernel, a, b, out=None, *, graph=False):
     write new values into ``a`` and ``b`` in place, never rebind them. ``out``: as in
     :func:`matmul`, or None for a new tensor.
     """
-    entry = _entry(kernel)
-    _validate(a, b, entry)
-    M, N = a.shape[0], b.shape[1]
-    if out is None:
-        out = torch.empty(M, N, dtype=a.dtype, device=a.device)
-    else:
-        _check_out(out, a, M, N)
+    entry, out = _checked_call(kernel, a, b, out)
+    M, N = out.shape
     if not isinstance(graph, bool):
         raise TypeError(f"graph must be True or False, got {graph!r}")
     if graph and not _backend.on_gpu():

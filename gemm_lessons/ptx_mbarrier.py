@@ -336,6 +336,21 @@ else:
     def _satisfied(b, parity):
         return (b.phase & 1) != parity
 
+    def _wait_until(b, parity, what):
+        """With ``_lock`` held: wait until the phase of ``parity`` of ``b`` has completed,
+        telling the scheduler what this thread waits for (it reports a deadlock, or an
+        error found while landing copies, through the thread's attributes)."""
+        th = threading.current_thread()
+        while not _satisfied(b, parity):
+            if getattr(th, "abort", False):
+                raise RuntimeError(f"abort flag set while waiting on {what}")
+            err = getattr(th, "gl_mbarrier_error", None)
+            if err is not None:
+                raise err
+            th.gl_mbarrier_wait = (b, parity)
+            _lock.wait(0.05)
+        th.gl_mbarrier_wait = None
+
     def mbarrier_try_wait_parity(bars, idx, parity):
         """Returns True once the phase of ``parity`` has completed; blocks the calling
         thread until then (the scheduler raises MbarrierDeadlock if it never can)."""
@@ -345,17 +360,8 @@ else:
         b = _get(fn, bars, idx)
         parity = int(parity) & 1
         _land_some()
-        th = threading.current_thread()
         with _lock:
-            while not _satisfied(b, parity):
-                if getattr(th, "abort", False):
-                    raise RuntimeError("abort flag set while waiting on an mbarrier")
-                err = getattr(th, "gl_mbarrier_error", None)
-                if err is not None:
-                    raise err
-                th.gl_mbarrier_wait = (b, parity)
-                _lock.wait(0.05)
-            th.gl_mbarrier_wait = None
+            _wait_until(b, parity, "an mbarrier")
             # the phase that completed with this parity (-1: the one before the first)
             note("wait", b, b.phase - 1, parity=parity)
         return True
@@ -392,17 +398,8 @@ else:
             note("arrive", b, b.phase)
             b.pending -= 1
             _complete_if_done(b)
-        th = threading.current_thread()
         with _lock:
-            while not _satisfied(b, parity):
-                if getattr(th, "abort", False):
-                    raise RuntimeError("abort flag set while waiting on a named barrier")
-                err = getattr(th, "gl_mbarrier_error", None)
-                if err is not None:
-                    raise err
-                th.gl_mbarrier_wait = (b, parity)
-                _lock.wait(0.05)
-            th.gl_mbarrier_wait = None
+            _wait_until(b, parity, "a named barrier")
 
     # ----------------------------------------------------------- the scheduler's hooks
     def block_started():
