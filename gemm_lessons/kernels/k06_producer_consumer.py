@@ -46,7 +46,7 @@ as a transposed view; a base that is not 16-byte aligned) runs ``k06_wgmma`` ins
 (:func:`will_use_tma` says which).
 """
 from collections import OrderedDict
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
@@ -66,14 +66,14 @@ from ..ptx_simt import launch_bounds
 from ..ptx_tma import tensor_map_2d, tma_addressable, tma_load_2d
 from . import FP16_BF16, Kernel
 from . import k06_wgmma
-from .tc_common import allow_smem, check_bf16, engine_config, grouped_block
+from .tc_common import TileConfig, allow_smem, check_bf16, engine_config, grouped_block
 
 BK = 64              # one 128-byte swizzle row of fp16: the k-depth of a tile (a TMA box width)
 BUGS = (None, "parity", "no_release")
 
 
 @dataclass(frozen=True)
-class ProducerConsumerConfig:
+class ProducerConsumerConfig(TileConfig):
     """Tiles of the producer/consumer kernel: BM = 64 x (consumer warpgroups), BN the N of
     each wgmma (64, 128 or 256), STAGES >= 2 stages in the ring, GROUP_M block rows walk
     across N together. Threads: 128 x (1 + BM / 64); shared memory: STAGES x (BM + BN) x 64
@@ -83,20 +83,13 @@ class ProducerConsumerConfig:
     STAGES: int = 4
     GROUP_M: int = 8
 
-    def __post_init__(self):
-        rules = [(self.BM in (128, 192), "BM 128 or 192 (two or three consumer warpgroups "
+    def rules(self):
+        return [(self.BM in (128, 192), "BM 128 or 192 (two or three consumer warpgroups "
                                          "of 64 rows: the configurations run on an H200)"),
                  (self.BN in (64, 128, 192, 256), "BN 64, 128, 192 or 256 (a wgmma's N)"),
                  (self.STAGES >= 2, "STAGES >= 2 (a stage filled while another is read)"),
                  (self.GROUP_M >= 1, "GROUP_M >= 1"),
                  (128 * (1 + self.BM // 64) <= 1024, "at most 1024 threads")]
-        for ok, rule in rules:
-            if not ok:
-                raise ValueError(f"{self}: the tiles need {rule}")
-
-    def replace(self, **changes):
-        """This configuration with some fields changed (checked again)."""
-        return replace(self, **changes)
 
 
 GPU_CONFIG = ProducerConsumerConfig(BM=128, BN=256, STAGES=4)

@@ -26,7 +26,7 @@ C, ``alpha == 0`` never reads A or B. Every shape: copies zero-filled past M, N 
 the ragged start of K (tile 0 starts at k = -(k_tiles * 64 - K)); the launcher pads rows
 that are not 16-byte aligned, as for ``k06_cp_async``.
 """
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import lru_cache
 
 import torch
@@ -40,13 +40,13 @@ from ..ptx_hopper import (SWIZZLE_SMEM_ALIGN, fence_proxy_async, swizzle128,
                           wgmma_commit_group, wgmma_fence, wgmma_mma, wgmma_store_d,
                           wgmma_wait_group)
 from . import FP16_BF16, Kernel
-from .tc_common import engine_config, grouped_block, launch, ptx_hook
+from .tc_common import TileConfig, engine_config, grouped_block, launch, ptx_hook
 
 BK = 64              # one 128-byte swizzle row of fp16: the k-depth of a tile
 
 
 @dataclass(frozen=True)
-class WgmmaConfig:
+class WgmmaConfig(TileConfig):
     """Tiles of the wgmma kernel: BM = 64 x (warpgroups), BN = the N of each wgmma (64, 128
     or 256; 192 needs BM = 192: each thread's B chunks lie a multiple of 8 rows apart),
     STAGES >= 3 shared buffers (STAGES - 2 tiles in flight while one is multiplied and the
@@ -57,10 +57,10 @@ class WgmmaConfig:
     STAGES: int = 4
     GROUP_M: int = 8
 
-    def __post_init__(self):
+    def rules(self):
         BM, BN = self.BM, self.BN
         b_rows = 2 * BM // (BN // 8) if BN >= 8 else 0
-        rules = [(BM >= 64 and BM % 64 == 0, "BM a multiple of 64 (one warpgroup per 64 rows)"),
+        return [(BM >= 64 and BM % 64 == 0, "BM a multiple of 64 (one warpgroup per 64 rows)"),
                  (BN in (64, 128, 192, 256), "BN 64, 128, 192 or 256 (a wgmma's N)"),
                  (self.STAGES >= 3, "STAGES >= 3 (a tile in flight, one multiplied, one "
                                     "perhaps still read)"),
@@ -69,13 +69,6 @@ class WgmmaConfig:
                   (BK * BN // 8) % (2 * BM) == 0,
                   f"each thread's B chunks a multiple of 8 rows apart with {2 * BM} threads "
                   "(one swizzle for all of them)")]
-        for ok, rule in rules:
-            if not ok:
-                raise ValueError(f"{self}: the tiles need {rule}")
-
-    def replace(self, **changes):
-        """This configuration with some fields changed (checked again)."""
-        return replace(self, **changes)
 
 
 GPU_CONFIG = WgmmaConfig(BM=128, BN=256, STAGES=4)

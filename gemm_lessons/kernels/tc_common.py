@@ -27,12 +27,34 @@ from numba import cuda
 from .. import engines
 from ..common import cdiv
 
-__all__ = ["PipelineConfig", "engine_config", "grouped_block", "rows16", "allow_smem", "launchers",
+__all__ = ["TileConfig", "PipelineConfig", "engine_config", "grouped_block", "rows16", "allow_smem", "launchers",
            "check_bf16", "launch", "ptx_hook"]
 
 
+class TileConfig:
+    """The checks shared by the tensor-core kernels' configurations (frozen dataclasses of
+    tile sizes): every field a positive integer, and every ``(holds, what the tiles need)``
+    pair of :meth:`rules` true; a ValueError names the first that is not."""
+
+    def __post_init__(self):
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
+                raise ValueError(f"{f.name} must be a positive integer, got {v!r}")
+        for ok, rule in self.rules():
+            if not ok:
+                raise ValueError(f"{self}: the tiles need {rule}")
+
+    def rules(self):
+        return []
+
+    def replace(self, **changes):
+        """This configuration with some fields changed (checked again)."""
+        return replace(self, **changes)
+
+
 @dataclass(frozen=True)
-class PipelineConfig:
+class PipelineConfig(TileConfig):
     """Tiles of a WMMA pipeline: a BM x BN block tile walked through K in BK-deep tiles,
     cut into WM x WN warp tiles (16 x 16 fragments), STAGES shared buffers; GROUP_M block
     rows walk across N together (L2 reuse, lesson 07)."""
@@ -44,13 +66,9 @@ class PipelineConfig:
     STAGES: int = 4
     GROUP_M: int = 8
 
-    def __post_init__(self):
-        for f in fields(self):
-            v = getattr(self, f.name)
-            if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
-                raise ValueError(f"{f.name} must be a positive integer, got {v!r}")
+    def rules(self):
         threads = 32 * (self.BM // self.WM) * (self.BN // self.WN)
-        rules = [
+        return [
             (self.WM % 16 == 0 and self.WN % 16 == 0, "WM and WN multiples of 16 (fragments)"),
             (self.BK % 16 == 0, "BK a multiple of 16 (one WMMA k-slice)"),
             (self.BM % self.WM == 0 and self.BN % self.WN == 0,
@@ -61,13 +79,6 @@ class PipelineConfig:
              "threads per block a multiple of the 16-byte chunks in a row of A (BK / 8) "
              "and of B (BN / 8): a thread's chunks then lie in one column"),
         ]
-        for ok, rule in rules:
-            if not ok:
-                raise ValueError(f"{self}: the tiles need {rule}")
-
-    def replace(self, **changes):
-        """This configuration with some fields changed (checked again)."""
-        return replace(self, **changes)
 
 
 def engine_config(gpu, sim, overrides=None):
