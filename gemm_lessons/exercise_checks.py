@@ -2278,16 +2278,23 @@ def ex07_kernel(kernel):
     from .kernels import k07_triton_swizzle as k07
 
     def run(a, b, c):
+        bounds.allow(a, b, c)
         k07.matmul(a, b, c, kernel=kernel)
 
-    with interp_poison.poison_masked_loads() as poison:
+    with interp_poison.bounded_loads() as bounds, interp_poison.poison_masked_loads() as poison:
         try:
             report = check_product(run, "my_kernel", (torch.float16, torch.float32),
                                    _small_suite(("square", "rectangular", "ragged", "M=1",
                                                  "K=1", "A transposed")))
         except ExerciseError as e:
             text = str(e)
-            if poison.poisoned and ("NaN" in text or "nan" in text):
+            if bounds.outside and "TODO" not in text:
+                text = text.split("\nLikely cause:")[0] + (
+                    "\nLikely cause: the K mask: the mask on the K-tile loads lets through "
+                    f"{bounds.outside} lanes past the end of A or B (read as NaN here, stray "
+                    "memory on a GPU): mask with the K position of the tile's elements, "
+                    "k * BLOCK_SIZE_K + offs_k < K, not with offs_k alone")
+            elif poison.poisoned and ("NaN" in text or "nan" in text):
                 text = text.split("\nLikely cause:")[0] + (
                     f"\nLikely cause: {HINTS['other']}: lanes the mask switches off are "
                     "undefined on a GPU (NaN here) and reach tl.dot; give the K-tile loads "

@@ -14,7 +14,12 @@ as on the GPU, so a check sees the mistake::
 given tensor (to check *which* tile a program computed, not only that every tile was
 computed).
 
-Both wrap the interpreter's ``InterpreterBuilder.create_masked_load(ptrs, mask, other,
+:func:`bounded_loads` catches the opposite mistake, a mask that lets a lane through whose
+address lies outside every operand (a mask on the wrong offsets): the interpreter would read
+whatever memory lies there, different from run to run; inside the block those lanes read
+NaN instead, and are counted, so a check can name the mask every time.
+
+All three wrap the interpreter's ``InterpreterBuilder.create_masked_load(ptrs, mask, other,
 ...)`` / ``create_masked_store(ptrs, value, mask, ...)`` (``triton.runtime.interpreter``;
 run here with Triton 3.9, whose trailing arguments are the cache policy and volatility;
 earlier 3.x releases pass cache modifier and eviction policy there, which the wrappers hand
@@ -29,7 +34,7 @@ import threading
 
 import numpy as np
 
-__all__ = ["poison_masked_loads", "record_stores", "hook_available"]
+__all__ = ["poison_masked_loads", "bounded_loads", "record_stores", "hook_available"]
 
 _lock = threading.Lock()
 
@@ -88,6 +93,64 @@ def poison_masked_loads():
         cls.create_masked_load = load
     try:
         yield flag
+    finally:
+        with _lock:
+            cls.create_masked_load = real
+
+
+class _Bounds:
+    def __init__(self, active):
+        self.active = active
+        self.ranges = []           # (first byte, end byte) of every tensor a load may read
+        self.outside = 0           # lanes let through by the mask but outside every range
+
+    def allow(self, *tensors):
+        """Loads may read the storage of ``tensors`` (replaces the previous list)."""
+        self.ranges = [(t.untyped_storage().data_ptr(),
+                        t.untyped_storage().data_ptr() + t.untyped_storage().nbytes())
+                       for t in tensors]
+
+
+@contextlib.contextmanager
+def bounded_loads():
+    """Inside the block, lanes of a ``tl.load`` that the mask lets through (or that have no
+    mask) but point outside every tensor given to ``allow()`` read NaN (0 for integer loads)
+    instead of stray memory; ``outside`` counts them. Yields the :class:`_Bounds` object
+    (``active`` False where the hook is missing)."""
+    cls = _builder_class()
+    bounds = _Bounds(cls is not None)
+    if cls is None:
+        yield bounds
+        return
+    from triton.runtime import interpreter
+    real = cls.create_masked_load
+
+    def load(self, ptrs, mask, other, *rest):
+        if bounds.ranges:
+            addrs = np.asarray(ptrs.data, dtype=np.uint64)
+            dtype_tt = ptrs.get_element_ty()
+            dtype_np = interpreter._get_np_dtype(dtype_tt)
+            size = np.dtype(dtype_np).itemsize
+            inside = np.zeros(addrs.shape, dtype=bool)
+            for lo, hi in bounds.ranges:
+                inside |= (addrs >= lo) & (addrs + size <= hi)
+            m = np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)
+            stray = m & ~inside
+            if stray.any():
+                bounds.outside += int(np.count_nonzero(stray))
+                fill = np.nan if np.issubdtype(dtype_np, np.floating) else 0
+                base = (np.zeros(addrs.shape, dtype=dtype_np) if other is None else
+                        np.broadcast_to(np.asarray(other.data, dtype=dtype_np), addrs.shape))
+                other = interpreter.TensorHandle(
+                    np.where(stray, np.asarray(fill, dtype=dtype_np), base).astype(dtype_np),
+                    dtype_tt)
+                mask = interpreter.TensorHandle(m & inside, mask.dtype)
+        return real(self, ptrs, mask, other, *rest)
+
+    with _lock:
+        cls.create_masked_load = load
+    try:
+        yield bounds
     finally:
         with _lock:
             cls.create_masked_load = real

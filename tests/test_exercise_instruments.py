@@ -1,5 +1,5 @@
-"""The instruments behind the exercise checks: poisoned masked-off lanes and stores per
-program (Triton's interpreter), the time limit."""
+"""The instruments behind the exercise checks: poisoned masked-off lanes, lanes read
+outside every operand and stores per program (Triton's interpreter), the time limit."""
 import time
 
 import pytest
@@ -43,6 +43,21 @@ def test_masked_lanes_without_other_are_poisoned():
         k[(2,)](x, out, 10, OTHER=True, BLOCK=8)  # other=0.0: nothing poisoned
         assert out.tolist() == [8.0, 2.0] and p.poisoned == 6
     k[(2,)](x, out, 10, OTHER=False, BLOCK=8)    # restored on exit
+    assert out.tolist() == [8.0, 2.0]
+
+
+def test_lanes_outside_every_operand_read_nan_and_are_counted():
+    if not interp_poison.hook_available():
+        pytest.skip("no interpreter hook in this Triton")
+    k = _kernels()
+    x, out = torch.ones(10), torch.zeros(2)
+    with interp_poison.bounded_loads() as bounds:
+        bounds.allow(x)
+        k[(2,)](x, out, 10, OTHER=True, BLOCK=8)      # the right mask: nothing strays
+        assert out.tolist() == [8.0, 2.0] and bounds.outside == 0
+        k[(2,)](x, out, 16, OTHER=True, BLOCK=8)      # a mask 6 lanes too wide
+        assert out[0] == 8 and torch.isnan(out[1]) and bounds.outside == 6
+    k[(2,)](x, out, 10, OTHER=True, BLOCK=8)          # restored on exit
     assert out.tolist() == [8.0, 2.0]
 
 
