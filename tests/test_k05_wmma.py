@@ -150,7 +150,7 @@ for fn, sig in ((wrong_dtype, "void(float32[::1])"),
         cuda.compile_ptx(fn, sig, cc=(8, 0))
         print(fn.__name__, "COMPILED")
     except Exception as exc:
-        print(fn.__name__, "|", str(exc).replace("\n", " ")[-600:])
+        print(fn.__name__, "|", str(exc).replace("\n", " "))   # whole: the reason may lead
 """
 
 

@@ -5,7 +5,8 @@
 #   bash tools/verify_gpu.sh ncu       OUTDIR   # lesson 03's bank conflicts as ncu counts them
 #   bash tools/verify_gpu.sh record    OUTDIR   # every recording the lessons quote, rewritten in
 #                                               # gemm_lessons/results/: ncu outputs of lessons 01,
-#                                               # 03, 05; lesson 09's headline; the shape suite
+#                                               # 03, 05; lesson 09's headline; the shape suite;
+#                                               # the fused bias + gelu over the shape suite
 # Every part logs to OUTDIR and exits non-zero when something fails.
 set -uo pipefail
 part=${1:?part: ladder, notebooks, ncu or record}
@@ -32,6 +33,8 @@ case "$part" in
     bash tools/record_ncu.sh 2>&1 | tee "$out/record_ncu.log" &&
     python3 tools/record_epilogue.py 2>&1 | tee "$out/record_epilogue.log" &&
     python3 tools/shape_suite.py --csv gemm_lessons/results/h200_shapes.csv 2>&1 \
-      | tee "$out/shapes.log" ;;
+      | tee "$out/shapes.log" &&
+    python3 tools/epilogue_suite.py --csv gemm_lessons/results/h200_epilogue_shapes.csv 2>&1 \
+      | tee "$out/epilogue_shapes.log" ;;
   *) echo "unknown part $part"; exit 2 ;;
 esac

@@ -35,7 +35,7 @@ from .k08_triton_autotune import SMEM_LIMIT, cpu_timer
 __all__ = ["splitk_kernel", "make_config", "CONFIGS", "FP32_CONFIGS", "INTERPRETER_CONFIG",
            "MIN_K_TILES_PER_SPLIT", "m_bucket", "smem_bytes", "programs", "waves",
            "prune_for_gpu", "prune", "autotune", "splitk_autotuned", "workspace_elems",
-           "buffers", "matmul", "asm_job", "label", "chosen_config", "cpu_timer",
+           "config_needs", "needs", "buffers", "matmul", "asm_job", "label", "chosen_config", "cpu_timer",
            "graph_timer"]
 
 
@@ -266,17 +266,22 @@ def buffers(device, ws_elems, n_counters):
     return ws, counts
 
 
+def config_needs(config, M, N):
+    """(workspace elements, counters) one config needs for an M x N output (0, 0 unsplit)."""
+    return workspace_elems(config, M, N), (_tiles(config, M, N) if _kw(config)[3] > 1 else 0)
+
+
 @lru_cache(maxsize=4096)
-def _needs(kernel, dtype, M, N, K, sms):
-    """(workspace elements, counters) enough for every config ``kernel`` (an autotuned
-    splitk_kernel) may run on this shape bucket: what the pruner keeps, or, for another
-    autotuned kernel, all of its configs."""
-    if kernel is not splitk_autotuned:
-        cands = kernel.configs
-    elif engines.on_gpu():
+def needs(kernel, dtype, M, N, K, sms):
+    """(workspace elements, counters) enough for every config ``kernel`` (a kernel under
+    :func:`autotune`) may run on this shape bucket: what its pruner keeps when that is
+    :func:`prune`, else all of its configs."""
+    if not engines.on_gpu():
+        cands = [INTERPRETER_CONFIG] if kernel.early_config_prune is prune else kernel.configs
+    elif kernel.early_config_prune is prune:
         cands = prune_for_gpu(kernel.configs, dtype, m_bucket(M), N, K, sms)
     else:
-        cands = [INTERPRETER_CONFIG]
+        cands = kernel.configs
     split = [c for c in cands if _kw(c)[3] > 1]
     return (max((workspace_elems(c, M, N) for c in split), default=0),
             max((_tiles(c, M, N) for c in split), default=0))
@@ -292,14 +297,14 @@ def matmul(a, b, c, *, config=None, kernel=None):
     a, b, precision = operands(a, b)
     if config is None:
         kernel, meta = (splitk_autotuned if kernel is None else kernel), {}
-        ws_elems, n_counters = _needs(kernel, a.dtype, M, N, K, sm_count(c.device))
+        ws_elems, n_counters = needs(kernel, a.dtype, M, N, K, sm_count(c.device))
     else:
         BM, BN, BK, S = _kw(config)
         if min(BM, BN, BK, S) < 1 or not isinstance(S, int):
             raise ValueError(f"a config needs positive tile sizes and SPLIT_K, got {label(config)}")
         kernel = splitk_kernel
         meta = dict(config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
-        ws_elems, n_counters = workspace_elems(config, M, N), (_tiles(config, M, N) if S > 1 else 0)
+        ws_elems, n_counters = config_needs(config, M, N)
     if ws_elems:
         ws, counts = buffers(c.device, ws_elems, n_counters)
     else:

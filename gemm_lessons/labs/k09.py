@@ -17,6 +17,7 @@ import torch
 
 from .. import api, common, engines, harness
 from ..kernels import k09_fused_epilogue as k09
+from ..kernels import k09_fused_splitk as fsk
 from ..kernels import k09_fused_tma as tma
 
 __all__ = ["fusion_bytes", "EpilogueBench", "bench_epilogue", "bench_split_k", "BASELINES",
@@ -104,7 +105,7 @@ KERNEL_NAMES = ("k09_fused_epilogue", "k09_fused_tma")
 
 def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gelu", *,
                    bias=True, baselines=BASELINES, config=None, b_layout="row", seed=0,
-                   kernels=KERNEL_NAMES, tma_config=None):
+                   kernels=KERNEL_NAMES, tma_config=None, graph=False):
     """Time the fused (bias +) activation GEMM and, in the same run, ``baselines``: torch
     eager (``addmm`` then the activation), ``torch.compile`` of the same function, and
     cuBLAS's ``mm`` alone (no epilogue at all), after checking that they agree.
@@ -113,7 +114,11 @@ def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gel
     program per tile; ``config`` overrides its tiles) and ``k09_fused_tma`` (TMA loads,
     persistent grid; ``tma_config``, a ``k09_fused_tma.TmaConfig``, overrides its tiles),
     the latter only on Hopper (sm_90+) and for fp16/bf16; elsewhere it is left out and the
-    result's ``note`` says so. ``b_layout="transposed"`` passes B as ``W.t()`` of an (N, K)
+    result's ``note`` says so; ``k09_fused_splitk`` (lesson 08's split-K kernel, autotuned
+    per shape bucket, with the epilogue; tuned by its first call, before the timing).
+    ``graph=True`` times the GPU alone, every contender replayed from a CUDA graph
+    (:func:`harness.time_cuda_many`): on a small product the host's cost per call would
+    otherwise be what is measured. ``b_layout="transposed"`` passes B as ``W.t()`` of an (N, K)
     weight, as ``nn.Linear`` stores it. On the simulator nothing is timed."""
     cfg = config or k09.default_config(dtype)
     res = EpilogueBench(M, N, K, dtype, activation, {}, config=str(cfg), bias=bias)
@@ -149,6 +154,10 @@ def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gel
             runs["k09_fused_tma"] = lambda: tma.fused_gemm_tma(
                 a3, b3, None, out_t, 1.0, 0.0, bias_t, activation, config=tcfg)[0]
             res.configs["k09_fused_tma"] = str(tcfg)
+    if "k09_fused_splitk" in kernels:
+        out_s = torch.empty(M, N, dtype=dtype, device=dev)
+        runs["k09_fused_splitk"] = lambda: fsk.fused_gemm(a, b, None, out_s, 1.0, 0.0, bias_t,
+                                                          activation)
     if "torch eager" in baselines:
         runs["torch eager"] = lambda: eager(a, b, bias_t)
     if "torch.compile" in baselines:
@@ -164,7 +173,9 @@ def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gel
         mm_out = torch.empty(M, N, dtype=dtype, device=dev)
         runs["cuBLAS mm alone"] = lambda: torch.mm(a, b, out=mm_out)
     # every contender's batches interleaved: the GPU's clock drift falls on all alike
-    res.ms.update(harness.time_cuda_many(runs))
+    res.ms.update(harness.time_cuda_many(runs, graph=graph))
+    if "k09_fused_splitk" in runs:
+        res.configs["k09_fused_splitk"] = fsk.chosen_config()
     return res
 
 

@@ -1,0 +1,97 @@
+"""Time the fused bias + GELU over the shape suite (``gemm_lessons.shapes.SHAPES_LLM``)
+against torch eager (``gelu(addmm(bias, a, b))``, two kernels), ``torch.compile`` of the
+same function (default mode) and cuBLAS's ``mm`` alone, every contender's batches
+interleaved in one run, after checking each against torch eager. Needs a GPU.
+
+GPU time, as ``tools/shape_suite.py``: every contender replayed from a CUDA graph, so the
+host's cost per call is left out of all of them (``--eager`` includes it).
+
+    python tools/epilogue_suite.py --csv gemm_lessons/results/h200_epilogue_shapes.csv
+    python tools/epilogue_suite.py --kernel k09_fused_splitk --shape 16x4096x4096
+
+Rows written (``gemm_lessons.results`` format, one set per shape): ``<kernel>_vs_eager``,
+``<kernel>_vs_compile`` and ``<kernel>_vs_mm`` (ms: the fused kernel; baseline_ms: the
+other), ``eager_vs_mm`` and ``compile_vs_mm``.
+"""
+from __future__ import annotations
+
+import argparse
+import csv
+import math
+import sys
+from pathlib import Path
+
+import torch
+
+import gemm_lessons as gl
+from gemm_lessons.__main__ import _versions
+from gemm_lessons.labs import k09 as lab
+from gemm_lessons.shapes import SHAPES_LLM, shape_arg, shape_name
+
+FIELDS = ["kernel", "lesson", "dtype", "M", "N", "K", "ms", "baseline_ms", "device", "versions"]
+SHORT = {"torch eager": "eager", "torch.compile": "compile", "cuBLAS mm alone": "mm"}
+
+
+def rows_of(res, kernel):
+    """The CSV rows of one shape's measurement."""
+    pairs = [(f"{kernel}_vs_{SHORT[base]}", kernel, base) for base in SHORT]
+    pairs += [("eager_vs_mm", "torch eager", "cuBLAS mm alone"),
+              ("compile_vs_mm", "torch.compile", "cuBLAS mm alone")]
+    return [{"kernel": name, "lesson": 9, "dtype": "float16", "M": res.M, "N": res.N,
+             "K": res.K, "ms": f"{res.ms[a]:.6f}", "baseline_ms": f"{res.ms[b]:.6f}",
+             "device": gl.engine().device_name, "versions": _versions()}
+            for name, a, b in pairs]
+
+
+def write(path, new):
+    """Write ``new`` into the CSV at ``path``, replacing rows of the same kernel and shape."""
+    done = {(r["kernel"], int(r["M"]), int(r["N"]), int(r["K"])) for r in new}
+    old = list(csv.DictReader(open(path))) if path.exists() else []
+    kept = [r for r in old if (r["kernel"], int(r["M"]), int(r["N"]), int(r["K"])) not in done]
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w.writeheader()
+        w.writerows(kept + new)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--kernel", default="k09_fused_splitk",
+                   choices=["k09_fused_splitk", "k09_fused_epilogue"])
+    p.add_argument("--shape", nargs="*", type=shape_arg, default=list(SHAPES_LLM))
+    p.add_argument("--csv", help="write the rows (replacing those of the shapes measured)")
+    p.add_argument("--eager", action="store_true",
+                   help="time calls as Python makes them (the host's cost per call included)")
+    args = p.parse_args(argv)
+    if gl.backend() != "cuda":
+        print("the epilogue suite times kernels: it needs a GPU", file=sys.stderr)
+        return 2
+    new, ratios = [], {"eager": [], "compile": []}
+    for i, (M, N, K) in enumerate(args.shape):
+        torch._dynamo.reset()      # each shape compiled for itself, not under a shape guard
+        res = lab.bench_epilogue(M, N, K, torch.float16, "gelu", kernels=(args.kernel,),
+                                 graph=not args.eager)
+        ms = res.ms
+        for base, key in (("torch eager", "eager"), ("torch.compile", "compile")):
+            ratios[key].append(ms[base] / ms[args.kernel])
+        print(f"[{i + 1}/{len(args.shape)}] {shape_name(M, N, K):>18s} "
+              f"{args.kernel} {ms[args.kernel] * 1e3:8.1f} us "
+              f"[{res.configs.get(args.kernel, '')}]  eager {ms['torch eager'] * 1e3:8.1f} us "
+              f"({ratios['eager'][-1]:.2f}x)  compile {ms['torch.compile'] * 1e3:8.1f} us "
+              f"({ratios['compile'][-1]:.2f}x)  mm alone {ms['cuBLAS mm alone'] * 1e3:8.1f} us",
+              flush=True)
+        new += rows_of(res, args.kernel)
+        if args.csv:                   # after every shape: a cut-short run keeps what it measured
+            write(Path(args.csv), new)
+    print()
+    for key, rs in ratios.items():
+        geo = math.exp(sum(map(math.log, rs)) / len(rs))
+        print(f"{args.kernel} vs torch {key}: geomean {geo:.2f}x  min {min(rs):.2f}x  "
+              f"max {max(rs):.2f}x over {len(rs)} shapes")
+    if args.csv:
+        print(f"wrote {args.csv}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
