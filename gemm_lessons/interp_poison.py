@@ -59,6 +59,19 @@ def hook_available() -> bool:
     return _builder_class() is not None
 
 
+@contextlib.contextmanager
+def _patched(cls, name, wrapper):
+    """``cls.name`` replaced by ``wrapper(real)`` inside the block, restored after it."""
+    real = getattr(cls, name)
+    with _lock:
+        setattr(cls, name, wrapper(real))
+    try:
+        yield
+    finally:
+        with _lock:
+            setattr(cls, name, real)
+
+
 class _Flag:
     def __init__(self, active):
         self.active = active
@@ -76,26 +89,22 @@ def poison_masked_loads():
         yield flag
         return
     from triton.runtime import interpreter
-    real = cls.create_masked_load
 
-    def load(self, ptrs, mask, other, *rest):      # rest: cache policy, volatility...
-        if other is None:
-            dtype_tt = ptrs.get_element_ty()
-            dtype_np = interpreter._get_np_dtype(dtype_tt)
-            if np.issubdtype(dtype_np, np.floating):
-                m = np.asarray(mask.data, dtype=bool)
-                flag.poisoned += int(m.size - np.count_nonzero(m))
-                other = interpreter.TensorHandle(
-                    np.full_like(ptrs.data, np.nan, dtype=dtype_np), dtype_tt)
-        return real(self, ptrs, mask, other, *rest)
+    def wrap(real):
+        def load(self, ptrs, mask, other, *rest):      # rest: cache policy, volatility...
+            if other is None:
+                dtype_tt = ptrs.get_element_ty()
+                dtype_np = interpreter._get_np_dtype(dtype_tt)
+                if np.issubdtype(dtype_np, np.floating):
+                    m = np.asarray(mask.data, dtype=bool)
+                    flag.poisoned += int(m.size - np.count_nonzero(m))
+                    other = interpreter.TensorHandle(
+                        np.full_like(ptrs.data, np.nan, dtype=dtype_np), dtype_tt)
+            return real(self, ptrs, mask, other, *rest)
+        return load
 
-    with _lock:
-        cls.create_masked_load = load
-    try:
+    with _patched(cls, "create_masked_load", wrap):
         yield flag
-    finally:
-        with _lock:
-            cls.create_masked_load = real
 
 
 class _Bounds:
@@ -123,37 +132,33 @@ def bounded_loads():
         yield bounds
         return
     from triton.runtime import interpreter
-    real = cls.create_masked_load
 
-    def load(self, ptrs, mask, other, *rest):
-        if bounds.ranges:
-            addrs = np.asarray(ptrs.data, dtype=np.uint64)
-            dtype_tt = ptrs.get_element_ty()
-            dtype_np = interpreter._get_np_dtype(dtype_tt)
-            size = np.dtype(dtype_np).itemsize
-            inside = np.zeros(addrs.shape, dtype=bool)
-            for lo, hi in bounds.ranges:
-                inside |= (addrs >= lo) & (addrs + size <= hi)
-            m = np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)
-            stray = m & ~inside
-            if stray.any():
-                bounds.outside += int(np.count_nonzero(stray))
-                fill = np.nan if np.issubdtype(dtype_np, np.floating) else 0
-                base = (np.zeros(addrs.shape, dtype=dtype_np) if other is None else
-                        np.broadcast_to(np.asarray(other.data, dtype=dtype_np), addrs.shape))
-                other = interpreter.TensorHandle(
-                    np.where(stray, np.asarray(fill, dtype=dtype_np), base).astype(dtype_np),
-                    dtype_tt)
-                mask = interpreter.TensorHandle(m & inside, mask.dtype)
-        return real(self, ptrs, mask, other, *rest)
+    def wrap(real):
+        def load(self, ptrs, mask, other, *rest):
+            if bounds.ranges:
+                addrs = np.asarray(ptrs.data, dtype=np.uint64)
+                dtype_tt = ptrs.get_element_ty()
+                dtype_np = interpreter._get_np_dtype(dtype_tt)
+                size = np.dtype(dtype_np).itemsize
+                inside = np.zeros(addrs.shape, dtype=bool)
+                for lo, hi in bounds.ranges:
+                    inside |= (addrs >= lo) & (addrs + size <= hi)
+                m = np.broadcast_to(np.asarray(mask.data, dtype=bool), addrs.shape)
+                stray = m & ~inside
+                if stray.any():
+                    bounds.outside += int(np.count_nonzero(stray))
+                    fill = np.nan if np.issubdtype(dtype_np, np.floating) else 0
+                    base = (np.zeros(addrs.shape, dtype=dtype_np) if other is None else
+                            np.broadcast_to(np.asarray(other.data, dtype=dtype_np), addrs.shape))
+                    other = interpreter.TensorHandle(
+                        np.where(stray, np.asarray(fill, dtype=dtype_np), base).astype(dtype_np),
+                        dtype_tt)
+                    mask = interpreter.TensorHandle(m & inside, mask.dtype)
+            return real(self, ptrs, mask, other, *rest)
+        return load
 
-    with _lock:
-        cls.create_masked_load = load
-    try:
+    with _patched(cls, "create_masked_load", wrap):
         yield bounds
-    finally:
-        with _lock:
-            cls.create_masked_load = real
 
 
 class _Stores:
@@ -175,25 +180,21 @@ def record_stores(tensor):
     if cls is None:
         yield rec
         return
-    real = cls.create_masked_store
     base = tensor.data_ptr()
     size = tensor.element_size()
     end = base + tensor.untyped_storage().nbytes()
 
-    def store(self, ptrs, value, mask, *rest):
-        addrs = np.asarray(ptrs.data, dtype=np.uint64).ravel()
-        m = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptrs.data)).ravel()
-        hit = m & (addrs >= base) & (addrs < end)
-        if hit.any():
-            pid = tuple(int(v) for v in self.grid_idx)
-            offs = ((addrs[hit] - base) // size).astype(np.int64).tolist()
-            rec.by_program.setdefault(pid, []).extend(offs)
-        return real(self, ptrs, value, mask, *rest)
+    def wrap(real):
+        def store(self, ptrs, value, mask, *rest):
+            addrs = np.asarray(ptrs.data, dtype=np.uint64).ravel()
+            m = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptrs.data)).ravel()
+            hit = m & (addrs >= base) & (addrs < end)
+            if hit.any():
+                pid = tuple(int(v) for v in self.grid_idx)
+                offs = ((addrs[hit] - base) // size).astype(np.int64).tolist()
+                rec.by_program.setdefault(pid, []).extend(offs)
+            return real(self, ptrs, value, mask, *rest)
+        return store
 
-    with _lock:
-        cls.create_masked_store = store
-    try:
+    with _patched(cls, "create_masked_store", wrap):
         yield rec
-    finally:
-        with _lock:
-            cls.create_masked_store = real

@@ -22,3 +22,18 @@ def run_python(code, env_extra=None, args=None, timeout=600):
 @pytest.fixture
 def py():
     return run_python
+
+
+def load_module(name, path):
+    """The Python file at ``path`` imported as a module called ``name``."""
+    import importlib.util
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.fixture
+def tool():
+    """``tool("launch_cost")``: tools/launch_cost.py imported as a module."""
+    return lambda name: load_module(name, ROOT / "tools" / f"{name}.py")

@@ -1,19 +1,16 @@
 """Every measured figure quoted in prose agrees with the recorded CSV."""
-import importlib.util
 from pathlib import Path
 
 import pytest
 
+from conftest import load_module
 from gemm_lessons.results import FigureError, figure
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def _tool():
-    spec = importlib.util.spec_from_file_location("render_figures", ROOT / "tools" / "render_figures.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_module("render_figures", ROOT / "tools" / "render_figures.py")
 
 
 def test_quoted_figures_match_the_csv():

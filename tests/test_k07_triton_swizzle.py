@@ -1,7 +1,6 @@
 """Lesson 07: the Triton GEMM is right on every shape, its tile order is a bijection, the
 grouped order touches fewer strips of A and B per wave, and the checks catch the mistakes
 the lesson warns about (a missing K mask, a forgotten ragged last group, TF32 for fp32)."""
-import importlib.util
 import inspect
 import itertools
 
@@ -11,6 +10,7 @@ import torch
 import triton
 import triton.language as tl
 
+from conftest import load_module
 from gemm_lessons import harness
 from gemm_lessons.kernels import k07_triton_swizzle as k07
 
@@ -124,10 +124,7 @@ def _variant(tmp_path, name, replacements):
         src = src.replace(old, new)
     path = tmp_path / f"{name}.py"
     path.write_text("import triton\nimport triton.language as tl\n\n\n" + src)
-    spec = importlib.util.spec_from_file_location(name, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.matmul_kernel
+    return load_module(name, path).matmul_kernel
 
 
 def _padded(t, rows, cols):

@@ -136,20 +136,10 @@ def test_it_shares_lesson_08s_configs_key_and_pruner():
     assert fs.fused_splitk_autotuned.early_config_prune is sk.prune
 
 
-def _epilogue_suite_tool():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "tools" / "epilogue_suite.py"
-    spec = importlib.util.spec_from_file_location("epilogue_suite", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_the_epilogue_suite_writes_its_rows(tmp_path):
+def test_the_epilogue_suite_writes_its_rows(tmp_path, tool):
     from gemm_lessons import results
     from gemm_lessons.labs import k09 as lab
-    tool = _epilogue_suite_tool()
+    tool = tool("epilogue_suite")
     if not engines.on_gpu():
         assert tool.main(["--shape", "16x64x64"]) == 2        # times kernels: needs a GPU
     ms = {"k09_fused_splitk": 0.010, "torch eager": 0.012, "torch.compile": 0.011,

@@ -141,19 +141,9 @@ def test_replay_is_refused_when_a_launch_reads_a_copy():
     assert not api._replay_safe([], (a, b, out))             # nothing recorded
 
 
-def _launch_cost_tool():
-    import importlib.util
-    from pathlib import Path
-    path = Path(__file__).resolve().parents[1] / "tools" / "launch_cost.py"
-    spec = importlib.util.spec_from_file_location("launch_cost", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-def test_the_tools_parse_sizes_and_launch_cost_needs_a_gpu():
+def test_the_tools_parse_sizes_and_launch_cost_needs_a_gpu(tool):
     from gemm_lessons.shapes import shape_arg
-    tool = _launch_cost_tool()
+    tool = tool("launch_cost")
     assert shape_arg("64") == (64, 64, 64)
     assert shape_arg("16x4096x1024") == (16, 4096, 1024)
     import argparse
