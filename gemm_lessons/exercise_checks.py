@@ -2234,22 +2234,17 @@ def ex06_descriptor(matrix_descriptor, b_descriptor):
 # threads per 64 rows of A: thread 0 (warp 0) fills the ring with TMA, warps 1 and 2 (one
 # row of the box per thread) consume it. Stage s holds a 64 x 64 box of A (128-byte swizzle)
 # in sA and 64 elements of x in sx; full[s] has 1 arrival + the stage's bytes, empty[s] one
-# arrival per consumer thread. Each exercise writes one side; the other comes from
-# k06_ring_helpers, so that neither exercise shows the other's answer.
+# arrival per consumer thread. Each exercise writes one side and is given the other
+# (k06_fill_ring, k06_drain_ring), so that neither exercise shows the other's answer.
 _RING_ROWS, _RING_STAGES, _RING_THREADS = 64, 3, 96
 _k06_ring = {}
 
 
-def k06_ring_helpers(ROWS=_RING_ROWS, STAGES=_RING_STAGES):
-    """(fill_ring, drain_ring, add_row): device functions of exercises 6 and 7's ring.
-
-    ``fill_ring(sA, sx, full, empty, tA, tx, row0, k_tiles)``: the producer's side (one
-    thread): k-tile kt goes into stage kt % STAGES, A's box at (row0, kt * 64) and x's 64
-    elements at kt * 64, once the consumers have released the stage.
-    ``drain_ring(sA, sx, full, empty, r, k_tiles)``: one consumer thread's side: the sum over
-    every k-tile of row ``r`` of the box times x's piece (float32).
-    ``add_row(sA, sx, s, r)``: row ``r`` of stage ``s``'s box times its piece of x (float32),
-    read through the 128-byte swizzle the copies land in."""
+def _k06_ring_helpers(ROWS, STAGES):
+    """(fill_ring, drain_ring, add_row) of exercises 6 and 7's ring, built once."""
+    if (ROWS, STAGES) != (_RING_ROWS, _RING_STAGES):
+        raise ValueError(f"the exercises' ring has ROWS = {_RING_ROWS} and STAGES = "
+                         f"{_RING_STAGES} (the check launches it so), got {ROWS}, {STAGES}")
     key = (ROWS, STAGES)
     if key not in _k06_ring:
         _numba_globals()
@@ -2261,6 +2256,9 @@ def k06_ring_helpers(ROWS=_RING_ROWS, STAGES=_RING_STAGES):
 
         @cuda.jit(device=True)
         def add_row(sA, sx, s, r):
+            # byte b of a copy's destination lands at swizzle128(b), b counted from the
+            # array's start (1024-byte aligned): the 16-byte chunk XOR the 128-byte row's
+            # index in its group of 8; x's piece of stage s is row s of its array
             acc = float32(0.0)
             for c in range(64):
                 a = sA[swizzle128((s * ROWS + r) * 128 + 2 * c) // 2]
@@ -2289,6 +2287,30 @@ def k06_ring_helpers(ROWS=_RING_ROWS, STAGES=_RING_STAGES):
 
         _k06_ring[key] = (fill_ring, drain_ring, add_row)
     return _k06_ring[key]
+
+
+def k06_fill_ring(ROWS, STAGES):
+    """Exercise 6's producer, a device function ``fill_ring(sA, sx, full, empty, tA, tx,
+    row0, k_tiles)`` run by one thread: for each k-tile kt it waits until the consumers have
+    released stage kt % STAGES, announces the stage's bytes on ``full`` and starts the TMA
+    copies of A's ROWS x 64 box at (row0, kt * 64) into ``sA`` and of x's 64 elements at
+    kt * 64 into ``sx``."""
+    return _k06_ring_helpers(ROWS, STAGES)[0]
+
+
+def k06_drain_ring(ROWS, STAGES):
+    """Exercise 7's consumers, a device function ``drain_ring(sA, sx, full, empty, r,
+    k_tiles)`` run by each consumer thread: for each k-tile it waits until its stage is full,
+    adds row ``r`` of the stage's box times x's piece, and releases the stage on ``empty``;
+    returns the float32 sum."""
+    return _k06_ring_helpers(ROWS, STAGES)[1]
+
+
+def k06_add_row(ROWS, STAGES):
+    """A device function ``add_row(sA, sx, s, r)``: row ``r`` of stage ``s``'s box of A
+    times stage ``s``'s 64 elements of x, in float32, read through the 128-byte swizzle the
+    TMA copies land in."""
+    return _k06_ring_helpers(ROWS, STAGES)[2]
 
 
 from ._ptx_plumbing import RecordedArray  # noqa: E402  (the ring audit's arrays)
