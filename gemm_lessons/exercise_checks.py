@@ -2493,6 +2493,13 @@ def _ring_consumer_problem(audit, k_tiles, blocks, finished):
     stage it reads at each step, a wait that returned for the wrong phase (parity), a stage
     read before its wait or after its release."""
     S = _RING_STAGES
+    for e in audit.events:          # first what upsets every other thread's phases
+        if e["thread"] >= 32 and e["op"] in ("arrive", "expect_tx") and _bar(e)[0] == "full":
+            s = _bar(e)[1]
+            return (f"consumer thread {e['thread']} arrives on full[{s}]: full[s] counts the "
+                    "producer's arrival and the copies' bytes, and a consumer's arrival "
+                    "completes its phases before the tile is there; a consumer releases the "
+                    f"stage with mbarrier_arrive on empty[{s}]")
     for b in range(blocks):
         for tid in range(32, _RING_THREADS):
             hold, released, let_go = {}, defaultdict(int), set()
@@ -2580,9 +2587,15 @@ def _ring_producer_problem(audit, k_tiles, blocks, K):
     """The first mistake of exercise 7's producer, as a message, or None: a copy into one
     stage completing on another stage's barrier, a box at the wrong coordinates, a stage
     refilled before the consumers released it."""
-    S = _RING_STAGES
+    for e in audit.events:
+        name, s = _bar(e)
+        if e["thread"] == 0 and e["op"] == "arrive":
+            return (f"the producer arrives on {name}[{s}] with mbarrier_arrive: its one "
+                    f"arrival on full[s] per round is mbarrier_arrive_expect_tx, which "
+                    f"announces the stage's bytes and arrives (full[s] expects 1 arrival); "
+                    f"empty[s] is the consumers' to arrive on")
     order = defaultdict(int)
-    for pos, blk, tid, side, stage, bi, col, row in audit.copies:
+    for _pos, blk, _tid, side, stage, bi, col, row in audit.copies:
         n = order[(blk, side)]
         order[(blk, side)] += 1
         if stage != bi:
@@ -2640,6 +2653,9 @@ def _ring_stuck(err, audit, learner):
     side (the other side is the helper's, known right)."""
     from .ptx_mbarrier import MbarrierTxError
     text = str(err)
+    if isinstance(err, MbarrierTxError) and learner == "consumer":
+        return (f"an mbarrier received what its phase did not expect ({text}): the consumers "
+                "wait on full[s] and arrive on empty[s], once per stage they read")
     if isinstance(err, MbarrierTxError):
         return (f"the expect_tx byte count: {text.split(': ', 1)[-1]} ({text.split(':')[0]}). "
                 "mbarrier_arrive_expect_tx announces every byte the stage's copies will "
@@ -2647,7 +2663,7 @@ def _ring_stuck(err, audit, learner):
     lines = _deadlock_lines(err)
     tx = [ln for ln in lines if ln[5] > 0]
     if tx:
-        n, p, name, s, _, b = tx[0]
+        _, _, name, s, _, b = tx[0]
         return (f"the expect_tx byte count: {name}[{s}] still waits for {b} bytes that no copy "
                 f"delivers (mbarrier_arrive_expect_tx announced more than the copies of the "
                 f"stage bring: count the bytes of A's box and of x's piece, 2 bytes an "
@@ -2666,7 +2682,7 @@ def _ring_stuck(err, audit, learner):
                 f"The simulator's report:\n{text}")
     producer_waits = [ln for ln in lines if ln[2] == "empty" and ln[0] == 1]
     if producer_waits:
-        n, p, name, s, pending, _ = producer_waits[0]
+        _, p, name, s, pending, _ = producer_waits[0]
         return (f"a wrong parity: the producer waits with parity {p} on empty[{s}], for a "
                 f"phase that the consumers never complete ({pending} arrivals pending: they "
                 f"wait for a tile it has not copied). In round r = kt // STAGES the producer "
