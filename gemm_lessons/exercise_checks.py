@@ -2340,7 +2340,7 @@ class _RingAudit:
     def __init__(self, events):
         self.events = events                  # ptx_mbarrier.record()'s list, in order
         self.lock = threading.Lock()
-        self.reads = defaultdict(list)        # thread -> [(pos, stage, tile)]
+        self.reads = defaultdict(list)        # thread -> [(block, pos, stage, tile)]
         self.copies = []                      # (pos, block, thread, side, stage, bi, col, row)
         self.tile = {}                        # (array id, stage) -> k-tile last copied there
         self.arrays = []
