@@ -2230,6 +2230,535 @@ def ex06_descriptor(matrix_descriptor, b_descriptor):
             "element of 16-, 64- and 128-row B tiles found where exercise 4 stores it")
 
 
+# Exercises 6 and 7: a ring of stages handed over mbarriers (y = A @ x). One block of 96
+# threads per 64 rows of A: thread 0 (warp 0) fills the ring with TMA, warps 1 and 2 (one
+# row of the box per thread) consume it. Stage s holds a 64 x 64 box of A (128-byte swizzle)
+# in sA and 64 elements of x in sx; full[s] has 1 arrival + the stage's bytes, empty[s] one
+# arrival per consumer thread. Each exercise writes one side and is given the other
+# (k06_fill_ring, k06_drain_ring), so that neither exercise shows the other's answer.
+_RING_ROWS, _RING_STAGES, _RING_THREADS = 64, 3, 96
+_k06_ring = {}
+
+
+def _k06_ring_helpers(ROWS, STAGES):
+    """(fill_ring, drain_ring, add_row) of exercises 6 and 7's ring, built once."""
+    if (ROWS, STAGES) != (_RING_ROWS, _RING_STAGES):
+        raise ValueError(f"the exercises' ring has ROWS = {_RING_ROWS} and STAGES = "
+                         f"{_RING_STAGES} (the check launches it so), got {ROWS}, {STAGES}")
+    key = (ROWS, STAGES)
+    if key not in _k06_ring:
+        _numba_globals()
+        from . import ptx_mbarrier as mbar
+        from . import ptx_tma as tmacopy
+        from .ptx_hopper import swizzle128
+        BOX = ROWS * 64
+        NBYTES = 2 * BOX + 2 * 64
+
+        @cuda.jit(device=True)
+        def add_row(sA, sx, s, r):
+            # byte b of a copy's destination lands at swizzle128(b), b counted from the
+            # array's start (1024-byte aligned): the 16-byte chunk XOR the 128-byte row's
+            # index in its group of 8; x's piece of stage s is row s of its array
+            acc = float32(0.0)
+            for c in range(64):
+                a = sA[swizzle128((s * ROWS + r) * 128 + 2 * c) // 2]
+                x = sx[swizzle128(s * 128 + 2 * c) // 2]
+                acc += float32(a) * float32(x)
+            return acc
+
+        @cuda.jit(device=True)
+        def fill_ring(sA, sx, full, empty, tA, tx, row0, k_tiles):
+            for kt in range(k_tiles):
+                s = kt % STAGES
+                mbar.mbarrier_wait(empty, s, ((kt // STAGES) & 1) ^ 1)
+                mbar.mbarrier_arrive_expect_tx(full, s, NBYTES)
+                tmacopy.tma_load_2d(sA, s * BOX, tA, kt * 64, row0, full, s)
+                tmacopy.tma_load_2d(sx, s * 64, tx, kt * 64, 0, full, s)
+
+        @cuda.jit(device=True)
+        def drain_ring(sA, sx, full, empty, r, k_tiles):
+            acc = float32(0.0)
+            for kt in range(k_tiles):
+                s = kt % STAGES
+                mbar.mbarrier_wait(full, s, (kt // STAGES) & 1)
+                acc += add_row(sA, sx, s, r)
+                mbar.mbarrier_arrive(empty, s)
+            return acc
+
+        _k06_ring[key] = (fill_ring, drain_ring, add_row)
+    return _k06_ring[key]
+
+
+def k06_fill_ring(ROWS, STAGES):
+    """Exercise 6's producer, a device function ``fill_ring(sA, sx, full, empty, tA, tx,
+    row0, k_tiles)`` run by one thread: for each k-tile kt it waits until the consumers have
+    released stage kt % STAGES, announces the stage's bytes on ``full`` and starts the TMA
+    copies of A's ROWS x 64 box at (row0, kt * 64) into ``sA`` and of x's 64 elements at
+    kt * 64 into ``sx``."""
+    return _k06_ring_helpers(ROWS, STAGES)[0]
+
+
+def k06_drain_ring(ROWS, STAGES):
+    """Exercise 7's consumers, a device function ``drain_ring(sA, sx, full, empty, r,
+    k_tiles)`` run by each consumer thread: for each k-tile it waits until its stage is full,
+    adds row ``r`` of the stage's box times x's piece, and releases the stage on ``empty``;
+    returns the float32 sum."""
+    return _k06_ring_helpers(ROWS, STAGES)[1]
+
+
+def k06_add_row(ROWS, STAGES):
+    """A device function ``add_row(sA, sx, s, r)``: row ``r`` of stage ``s``'s box of A
+    times stage ``s``'s 64 elements of x, in float32, read through the 128-byte swizzle the
+    TMA copies land in."""
+    return _k06_ring_helpers(ROWS, STAGES)[2]
+
+
+from ._ptx_plumbing import RecordedArray  # noqa: E402  (the ring audit's arrays)
+
+
+class _RingArray(RecordedArray):
+    """A shared stage array of the ring whose reads the audit logs. A RecordedArray, so that
+    the TMA emulation sees through it to the array."""
+
+    def __init__(self, arr, name, audit):
+        WatchedArray.__init__(self, arr, name)
+        self._audit = audit
+        self._stage_len = max(1, arr.size // _RING_STAGES)
+
+    def access(self, idx, store):
+        self._audit.touch(self, idx, store)
+
+    def record_wide(self, op, idx, nbytes):
+        return self._arr
+
+
+class _RingAudit:
+    """What each thread of the ring did, in its program order: its mbarrier operations (from
+    ``ptx_mbarrier.record()``), the stages it read (the stage arrays are watched) and the
+    TMA copies it issued (which k-tile, into which stage, completing on which barrier)."""
+
+    def __init__(self, events):
+        self.events = events                  # ptx_mbarrier.record()'s list, in order
+        self.lock = threading.Lock()
+        self.reads = defaultdict(list)        # thread -> [(block, pos, stage, tile)]
+        self.copies = []                      # (pos, block, thread, side, stage, bi, col, row)
+        self.tile = {}                        # (array id, stage) -> k-tile last copied there
+        self.arrays = []
+        self.starts = []                      # len(events) when each block started
+
+    def touch(self, arr, idx, store):
+        try:
+            i = int(idx[0] if isinstance(idx, tuple) else idx)
+        except (TypeError, ValueError):
+            return
+        blk, tid, _ = _me()
+        stage = i // arr._stage_len
+        entry = (int(blk[0]), len(self.events), stage, self.tile.get((id(arr), stage)))
+        log = self.reads[tid]
+        if not log or log[-1] != entry:
+            log.append(entry)
+
+    def copy(self, dst, di, col, row, bi):
+        blk, tid, _ = _me()
+        if not isinstance(dst, _RingArray):
+            return
+        stage = int(di) // dst._stage_len
+        side = "A" if dst._arr.size > _RING_STAGES * 64 else "x"
+        with self.lock:
+            self.tile[(id(dst), stage)] = int(col) // 64
+            self.copies.append((len(self.events), blk, tid, side, stage, int(bi), int(col),
+                                int(row)))
+
+    def stream(self, tid, block):
+        """Thread ``tid``'s barrier events and reads in block ``block`` (the grid's
+        ``block``-th, as the simulator runs them one after the other), merged in the
+        thread's program order: ('event', event) and ('read', stage, k-tile there)."""
+        lo = self.starts[block] if block < len(self.starts) else len(self.events)
+        hi = self.starts[block + 1] if block + 1 < len(self.starts) else len(self.events)
+        reads = [r[1:] for r in self.reads.get(tid, []) if r[0] == block]
+        out, i = [], 0
+        for e in self.events[lo:hi]:
+            if e["thread"] != tid:
+                continue
+            while i < len(reads) and reads[i][0] <= e["seq"]:
+                out.append(("read",) + reads[i][1:])
+                i += 1
+            out.append(("event", e))
+        out += [("read",) + r[1:] for r in reads[i:]]
+        return out
+
+
+def _bar(e):
+    """('full', 2) from an event's barrier name 'full[2]'."""
+    name = e["barrier"]
+    if not name.endswith("]"):
+        return name, -1
+    head, _, idx = name[:-1].rpartition("[")
+    return head, int(idx)
+
+
+_RING_NOW = []          # the ring audit in progress, if any
+
+
+def _ring_block_started():
+    if _RING_NOW:
+        _RING_NOW[0].starts.append(len(_RING_NOW[0].events))
+
+
+def _ring_no_stall(live):
+    return None
+
+
+@contextlib.contextmanager
+def _ring_audit():
+    """Watch the ring of exercises 6 and 7 (simulator only): the float stage arrays of the
+    kernels launched inside are :class:`_RingArray`, ``ptx_tma.tma_load_2d`` notes each copy,
+    and ``ptx_mbarrier.record()`` every barrier operation."""
+    import sys
+
+    import numpy as np
+    from numba.core import types
+    from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
+
+    from . import ptx_mbarrier as mbar
+    from . import ptx_tma as tmacopy
+    real_shared = kernelapi.FakeCUDAShared.array
+    real_tma = tmacopy.tma_load_2d
+    alloc_lock = threading.Lock()
+    with mbar.record() as events:
+        audit = _RingAudit(events)
+
+        def shared_array(self, shape, dtype, alignment=None):
+            if shape == 0:
+                return real_shared(self, shape, dtype)
+            frame = sys._getframe(1)
+            caller = (frame.f_code.co_filename, frame.f_lineno)   # one array per line
+            with alloc_lock:                # every thread of the block gets the same array
+                res = self._allocations.get(caller)
+                if res is None:
+                    if isinstance(dtype, types.Type):
+                        dtype = numpy_support.as_dtype(dtype)
+                    if np.dtype(dtype).kind == "f":     # a stage array: NaN until written
+                        res = _RingArray(np.full(shape, np.nan, dtype), "stage", audit)
+                        audit.arrays.append(res)
+                    else:                   # barriers stay plain: their names are read there
+                        res = np.zeros(shape, dtype)
+                    self._allocations[caller] = res
+            return res
+
+        def tma_load_2d(dst, di, tmap, col, row, bars, bi):
+            real_tma(dst, di, tmap, col, row, bars, bi)
+            audit.copy(dst, di, col, row, bi)
+
+        from . import sim_scheduler
+        sim_scheduler.add_hooks(_ring_block_started, _ring_no_stall)   # (added once)
+        kernelapi.FakeCUDAShared.array = shared_array
+        tmacopy.tma_load_2d = tma_load_2d
+        _RING_NOW[:] = [audit]
+        try:
+            yield audit
+        finally:
+            _RING_NOW[:] = []
+            kernelapi.FakeCUDAShared.array = real_shared
+            tmacopy.tma_load_2d = real_tma
+
+
+_RING_CASES = (("the ring wraps twice: 7 k-tiles, one block", 64, 448),
+               ("ragged: M = 70 (two blocks), K = 197", 70, 197),
+               ("M = 1, one k-tile", 1, 40))
+
+
+def _ring_launch(kernel, a, x):
+    """y = A @ x with exercise 6's or 7's kernel: tensor maps of A (boxes 64 x 64) and of x
+    as a 1 x K row (boxes 1 x 64), their rows padded to 16-byte multiples; y NaN-poisoned."""
+    from . import ptx_tma as tmacopy
+    M, K = a.shape
+    K8 = _cdiv(K, 8) * 8
+    ap = torch.zeros(M, K8, dtype=torch.float16)
+    ap[:, :K] = a
+    xp = torch.zeros(1, K8, dtype=torch.float16)
+    xp[0, :K] = x
+    tA = tmacopy.tensor_map_2d(ap[:, :K], _RING_ROWS)
+    tx = tmacopy.tensor_map_2d(xp[:, :K], 1)
+    y = torch.full((M,), float("nan"), dtype=torch.float32)
+    kernel[_cdiv(M, _RING_ROWS), _RING_THREADS](engines.as_numba(tA.array),
+                                               engines.as_numba(tx.array),
+                                               engines.as_numba(y), M, K)
+    return y
+
+
+def _ring_consumer_problem(audit, k_tiles, blocks, finished):
+    """The first mistake of a consumer thread of exercise 6, as a message, or None: the
+    stage it reads at each step, a wait that returned for the wrong phase (parity), a stage
+    read before its wait or after its release."""
+    S = _RING_STAGES
+    for e in audit.events:          # first what upsets every other thread's phases
+        if e["thread"] >= 32 and e["op"] in ("arrive", "expect_tx") and _bar(e)[0] == "full":
+            s = _bar(e)[1]
+            return (f"consumer thread {e['thread']} arrives on full[{s}]: full[s] counts the "
+                    "producer's arrival and the copies' bytes, and a consumer's arrival "
+                    "completes its phases before the tile is there; a consumer releases the "
+                    f"stage with mbarrier_arrive on empty[{s}]")
+    for b in range(blocks):
+        for tid in range(32, _RING_THREADS):
+            hold, released, let_go = {}, defaultdict(int), set()
+            steps, fresh = [], True
+            for item in audit.stream(tid, b):
+                if item[0] == "event":
+                    e = item[1]
+                    name, s = _bar(e)
+                    fresh = True
+                    if e["op"] == "wait" and name == "full":
+                        hold[s] = e["phase"]
+                        let_go.discard(s)
+                    elif e["op"] == "arrive" and name == "empty":
+                        if s not in hold:
+                            return (f"the stage index: consumer thread {tid} arrives on "
+                                    f"empty[{s}] but holds no tile of stage {s} (it did not "
+                                    f"wait on full[{s}] since its last release): release the "
+                                    "stage it waited for and read")
+                        del hold[s]
+                        released[s] += 1
+                        let_go.add(s)
+                    continue
+                _, s, _tile = item
+                if fresh or s != steps[-1]:
+                    step = len(steps)
+                    if step < k_tiles and s != step % S:
+                        return (f"the stage index: at step kt = {step} consumer thread {tid} "
+                                f"reads stage {s}; k-tile kt is in stage kt % STAGES = "
+                                f"{step % S}")
+                    steps.append(s)
+                    fresh = False
+                if s not in hold:
+                    if s in let_go:
+                        return (f"consumer thread {tid} reads stage {s} after it released it "
+                                f"(mbarrier_arrive on empty[{s}]): once every consumer has "
+                                "arrived, the producer may overwrite the stage while this "
+                                "thread still reads it (a race). Release a stage after "
+                                "reading it")
+                    return (f"consumer thread {tid} reads stage {s} without waiting on "
+                            f"full[{s}] first: its tile may not have landed (wait on "
+                            f"full[{s}], then read)")
+                if hold[s] != released[s]:
+                    got = hold[s]
+                    return (f"a wrong parity: at step {len(steps) - 1} consumer thread {tid} "
+                            f"reads stage {s} in round {released[s]}, so phase {released[s]} "
+                            f"of full[{s}] must have completed, but its wait returned for "
+                            f"phase {got}"
+                            + (" (the phase before the first, which counts as complete at "
+                               "once)" if got == -1 else "")
+                            + f": in round r = kt // STAGES the wait on full[s] passes parity "
+                            "r & 1")
+            if finished and len(steps) != k_tiles:
+                return (f"consumer thread {tid} read {len(steps)} stages, where K holds "
+                        f"{k_tiles} k-tiles: one stage per k-tile")
+    return None
+
+
+def _ring_tile_problem(audit, k_tiles, blocks, learner):
+    """Which k-tile each consumer found in the stage it read at each step (the copies name
+    it): k-tile kt at step kt, or a message."""
+    S = _RING_STAGES
+    for b in range(blocks):
+        for tid in range(32, _RING_THREADS):
+            step, fresh, last = -1, True, None
+            for item in audit.stream(tid, b):
+                if item[0] == "event":
+                    fresh = True
+                    continue
+                _, s, tile = item
+                if fresh or s != last:
+                    step, fresh, last = step + 1, False, s
+                if tile is not None and tile != step and step < k_tiles:
+                    if learner == "producer":
+                        return (f"the stage index: at step kt = {step} the consumers wait on "
+                                f"full[{s}] and find k-tile {tile} in stage {s}: the producer "
+                                "puts k-tile kt into stage kt % STAGES and completes it on "
+                                "full[kt % STAGES]")
+                    return (f"the stage index: at step kt = {step} consumer thread {tid} reads "
+                            f"stage {s}, which holds k-tile {tile}; k-tile kt is in stage "
+                            "kt % STAGES")
+    return None
+
+
+def _ring_producer_problem(audit, k_tiles, blocks, K):
+    """The first mistake of exercise 7's producer, as a message, or None: a copy into one
+    stage completing on another stage's barrier, a box at the wrong coordinates, a stage
+    refilled before the consumers released it."""
+    for e in audit.events:
+        name, s = _bar(e)
+        if e["thread"] == 0 and e["op"] == "arrive":
+            return (f"the producer arrives on {name}[{s}] with mbarrier_arrive: its one "
+                    f"arrival on full[s] per round is mbarrier_arrive_expect_tx, which "
+                    f"announces the stage's bytes and arrives (full[s] expects 1 arrival); "
+                    f"empty[s] is the consumers' to arrive on")
+    order = defaultdict(int)
+    for _pos, blk, _tid, side, stage, bi, col, row in audit.copies:
+        n = order[(blk, side)]
+        order[(blk, side)] += 1
+        if stage != bi:
+            return (f"the stage index: the copy of {side} into stage {stage} completes on "
+                    f"full[{bi}]: the copies of k-tile kt go into stage kt % STAGES and "
+                    "complete on full[kt % STAGES]")
+        want_row = blk[0] * _RING_ROWS if side == "A" else 0
+        if row != want_row or col != n * 64:
+            return (f"the box coordinates: block {blk[0]}'s copy number {n} of {side} starts at "
+                    f"(row {row}, column {col}), expected (row {want_row}, column {n * 64}): "
+                    "tma_load_2d takes the column, then the row; k-tile kt starts at column "
+                    "kt * 64, and this block's rows of A at row blockIdx.x * 64 (x is one row)")
+    for b in range(blocks):
+        waited, copies = {}, defaultdict(int)
+        for item in audit.stream(0, b):
+            if item[0] != "event":
+                continue
+            e = item[1]
+            name, s = _bar(e)
+            if e["op"] == "wait" and name == "empty":
+                waited[s] = e["phase"]
+            elif e["op"] == "copy" and name == "full":
+                r = copies[s] // 2              # two copies a round: A's box, x's piece
+                copies[s] += 1
+                if r >= 1 and waited.get(s, -2) < r - 1:
+                    if s in waited:
+                        got = waited[s]
+                        return (f"a wrong parity: the producer refills stage {s} for round {r} "
+                                f"after a wait on empty[{s}] that returned for phase {got}"
+                                + (" (the phase before the first, which counts as complete "
+                                   "at once)" if got == -1 else "")
+                                + f", where round {r} needs the consumers' release of round "
+                                f"{r - 1}, phase {r - 1}: in round r = kt // STAGES the wait "
+                                "on empty[s] passes the parity of phase r - 1, (r & 1) ^ 1, "
+                                "so that round 0 does not block")
+                    return (f"the producer refills stage {s} for round {r} before the "
+                            f"consumers released round {r - 1} of it: it must wait on "
+                            f"empty[{s}] (for phase {r - 1}) before it copies into the "
+                            "stage, or it overwrites a tile the consumers still read")
+    return None
+
+
+def _deadlock_lines(err):
+    """[(threads, parity, barrier name, stage, arrivals pending, bytes outstanding)] from an
+    MbarrierDeadlock's message."""
+    import re
+    pat = re.compile(r"(\d+) thread\(s\) wait with parity (\d) on mbarrier (\w+)\[(\d+)\].*?"
+                     r"(\d+) of \d+ arrivals pending, (-?\d+) transaction bytes outstanding")
+    return [(int(n), int(p), name, int(s), int(a), int(t))
+            for n, p, name, s, a, t in pat.findall(str(err))]
+
+
+def _ring_stuck(err, audit, learner):
+    """What an MbarrierDeadlock or MbarrierTxError of the ring says about the learner's
+    side (the other side is the helper's, known right)."""
+    from .ptx_mbarrier import MbarrierTxError
+    text = str(err)
+    if isinstance(err, MbarrierTxError) and learner == "consumer":
+        return (f"an mbarrier received what its phase did not expect ({text}): the consumers "
+                "wait on full[s] and arrive on empty[s], once per stage they read")
+    if isinstance(err, MbarrierTxError):
+        return (f"the expect_tx byte count: {text.split(': ', 1)[-1]} ({text.split(':')[0]}). "
+                "mbarrier_arrive_expect_tx announces every byte the stage's copies will "
+                "complete on full[s]: A's box and x's piece, 2 bytes an element")
+    lines = _deadlock_lines(err)
+    tx = [ln for ln in lines if ln[5] > 0]
+    if tx:
+        _, _, name, s, _, b = tx[0]
+        return (f"the expect_tx byte count: {name}[{s}] still waits for {b} bytes that no copy "
+                f"delivers (mbarrier_arrive_expect_tx announced more than the copies of the "
+                f"stage bring: count the bytes of A's box and of x's piece, 2 bytes an "
+                f"element). The simulator's report:\n{text}")
+    consumer_arrives = sum(1 for e in audit.events if e["op"] == "arrive"
+                           and _bar(e)[0] == "empty" and e["thread"] >= 32)
+    if learner == "consumer":
+        if not consumer_arrives:
+            return ("a missing release: the producer waits on empty[s] for the consumers to "
+                    "release a stage, and no consumer ever arrives on empty: after reading "
+                    "stage s, every consumer thread arrives on empty[s] (mbarrier_arrive). "
+                    f"The simulator's report:\n{text}")
+        return ("the ring stops (a deadlock): every thread waits for a phase that nothing "
+                "will complete. A wait on full[s] with a wrong parity (round r = kt // STAGES "
+                "waits for phase r: parity r & 1), or a stage not released after its read. "
+                f"The simulator's report:\n{text}")
+    producer_waits = [ln for ln in lines if ln[2] == "empty" and ln[0] == 1]
+    if producer_waits:
+        _, p, name, s, pending, _ = producer_waits[0]
+        return (f"a wrong parity: the producer waits with parity {p} on empty[{s}], for a "
+                f"phase that the consumers never complete ({pending} arrivals pending: they "
+                f"wait for a tile it has not copied). In round r = kt // STAGES the producer "
+                f"needs the consumers' release of round r - 1, and in round 0 the ring is "
+                f"empty: that wait must pass at once (the phase before the first, parity "
+                f"1). The simulator's report:\n{text}")
+    return ("the ring stops (a deadlock): the consumers wait for a tile the producer never "
+            "announced and copied (one mbarrier_arrive_expect_tx and the copies on full[s] "
+            f"per k-tile). The simulator's report:\n{text}")
+
+
+def _ring_check(kernel, what, learner):
+    """Run exercise 6's or 7's kernel on the cases (copies landing late, and at random
+    moments on the longest case) under the ring audit; the result checked against float64."""
+    from . import ptx
+    from .ptx_mbarrier import MbarrierDeadlock, MbarrierTxError
+    gen = torch.Generator().manual_seed(67)
+    runs = [(c, None) for c in _RING_CASES] + [(_RING_CASES[0], seed) for seed in (1, 2)]
+    for (name, M, K), seed in runs:
+        a = torch.randn(M, K, generator=gen).half()
+        x = torch.randn(K, generator=gen).half()
+        k_tiles, blocks = _cdiv(K, 64), _cdiv(M, _RING_ROWS)
+        where = f"{what}, {name}" + (f", copies landing at random (seed {seed})"
+                                     if seed is not None else "")
+        ctx = (ptx.cp_async_landing("random", seed=seed) if seed is not None
+               else contextlib.nullcontext())
+        err, y = None, None
+        with ctx, _ring_audit() as audit, _answer(what, seconds=60):
+            try:
+                y = _ring_launch(kernel, a, x)
+            except (MbarrierDeadlock, MbarrierTxError) as e:
+                err = e
+            except IndexError as e:
+                if learner == "producer" and "tma_load_2d" in str(e):
+                    raise ExerciseError(f"{where}: {e}: the stage index: stage s of the ring "
+                                        "starts at element s * ROWS * 64 of sA and s * 64 of "
+                                        "sx, with s = kt % STAGES") from None
+                raise
+        if learner == "consumer":
+            problem = _ring_consumer_problem(audit, k_tiles, blocks, err is None)
+        else:
+            problem = _ring_producer_problem(audit, k_tiles, blocks, K)
+        problem = problem or _ring_tile_problem(audit, k_tiles, blocks, learner)
+        if problem:
+            raise ExerciseError(f"{where}: {problem}")
+        if err is not None:
+            raise ExerciseError(f"{where}: {_ring_stuck(err, audit, learner)}")
+        ref = a.double() @ x.double()
+        bound = 1e-4 * (a.double().abs() @ x.double().abs()) + 1e-6
+        bad = ~((y.double() - ref).abs() <= bound)
+        if bool(bad.any()):
+            i = int(bad.nonzero()[0, 0])
+            raise ExerciseError(f"{where}: y[{i}] = {float(y[i]):.6g}, expected "
+                                f"{float(ref[i]):.6g} ({int(bad.sum())} of {M} rows wrong)"
+                                + (": never written (NaN)" if math.isnan(float(y[i])) else ""))
+    return len(runs)
+
+
+def ex06_ring_consumer(kernel):
+    """Lesson 06, exercise 6: the consumers' loop of a ring (wait on full, read, release on
+    empty), with fill_ring as the producer."""
+    n = _ring_check(kernel, "consumer loop", "consumer")
+    return (f"consumer loop: y = A @ x right on {len(_RING_CASES)} shapes, {n} runs (copies "
+            "landing late and at random); every read of a stage between its full phase and "
+            "its release, in stage order")
+
+
+def ex06_ring_producer(kernel):
+    """Lesson 06, exercise 7: the producer's loop of a ring (wait on empty, expect_tx, the
+    copies), with drain_ring as the consumers."""
+    n = _ring_check(kernel, "producer loop", "producer")
+    return (f"producer loop: y = A @ x right on {len(_RING_CASES)} shapes, {n} runs (copies "
+            "landing late and at random); every stage refilled after its release, its bytes "
+            "announced exactly")
+
+
 # ------------------------------------------------------------------ lesson 07
 def _grouped(pid, num_pid_m, num_pid_n, g):
     from .common import grouped_order
