@@ -285,11 +285,17 @@ else:
             b = _bars[addr] = _Barrier(_name_of(a, idx), int(count))
             a[idx] = b.token
 
+    def _one_more_arrival(fn, b):
+        # every arrival of the phase is in, its bytes are still to come: one more is a bug
+        if b.pending == 0:
+            raise MbarrierTxError(f"{b.where()}, phase {b.phase}: {fn} with no arrival "
+                                  "pending (more arrivals than the count given to "
+                                  "mbarrier_init)")
+
     def mbarrier_arrive(bars, idx):
         b = _get("mbarrier_arrive", bars, idx)
         with _lock:
-            if b.pending == 0:       # cannot happen: a phase completes at its last arrival
-                raise MbarrierTxError(f"{b.where()}: arrival on a completed phase")
+            _one_more_arrival("mbarrier_arrive", b)
             note("arrive", b, b.phase)
             b.pending -= 1
             _complete_if_done(b)
@@ -302,6 +308,7 @@ else:
         _check_count(fn, "nbytes", nbytes, 0, TX_LIMIT)
         b = _get(fn, bars, idx)
         with _lock:
+            _one_more_arrival(fn, b)
             note("expect_tx", b, b.phase, nbytes=int(nbytes))
             b.tx += int(nbytes)
             b.pending -= 1

@@ -57,6 +57,18 @@ def test_more_bytes_than_expected_is_an_error_naming_the_barrier_and_phase():
 
 
 @sim_only
+def test_an_arrival_beyond_the_count_is_an_error_naming_the_barrier_and_phase():
+    full = np.zeros(2, np.int64)
+    for arrive in (lambda: mb.mbarrier_arrive(full, 1),
+                   lambda: mb.mbarrier_arrive_expect_tx(full, 1, 64)):
+        mb.mbarrier_init(full, 1, 1)
+        mb.mbarrier_arrive_expect_tx(full, 1, 128)      # the one arrival; bytes to come
+        with pytest.raises(mb.MbarrierTxError, match=r"full\[1\] \(stage 1\), phase 0: "
+                                                     r"mbarrier_arrive.* no arrival pending"):
+            arrive()
+
+
+@sim_only
 def test_bad_arguments_get_clear_errors():
     bars = np.zeros(2, np.int64)
     with pytest.raises(PTXUsageError, match="never initialized"):
