@@ -3037,6 +3037,26 @@ def _stage_buffers08(num_stages, capability):
     return num_stages if tuple(capability) >= (9, 0) else num_stages - 1
 
 
+@contextlib.contextmanager
+def _own_count08(k08):
+    """Inside the block, lesson 08's own buffer count refuses to be called: the exercise is
+    to count the buffers and bytes, not to ask the package."""
+    def refused(name):
+        def call(*args, **kwargs):
+            raise ExerciseError(f"my_prune calls k08.{name}: count the stage buffers and their "
+                                "bytes in your own code (that count is the exercise)")
+        return call
+    names = ("stage_buffers", "smem_bytes", "smem_limit")
+    saved = {n: getattr(k08, n) for n in names}
+    try:
+        for n in names:
+            setattr(k08, n, refused(n))
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(k08, n, f)
+
+
 def ex08_prune(prune):
     """Lesson 08, exercise 3: prune the configs whose stage buffers do not fit, for the GPU
     architecture given as ``capability`` (the buffer count and the limit both depend on it)."""
@@ -3060,7 +3080,7 @@ def ex08_prune(prune):
     sizes = {dtype: torch.empty(0, dtype=dtype).element_size() for _, dtype in cases}
     got = {}
     for cc, dtype in cases:
-        with _answer("my_prune", seconds=10):
+        with _answer("my_prune", seconds=10), _own_count08(k08):
             got[cc, dtype] = [k08.label(c) for c in prune(
                 list(configs), {"a_ptr": torch.empty(1, dtype=dtype)}, capability=cc)]
     wrong = [(cc, dtype) for cc, dtype in cases if got[cc, dtype] != kept(cc, sizes[dtype])]
@@ -3092,7 +3112,7 @@ def ex08_prune(prune):
         raise ExerciseError(f"sm_{cc[0]}{cc[1]}, {str(dtype).replace('torch.', '')}: kept "
                             f"{got[cc, dtype]}, expected {kept(cc, sizes[dtype])}. Likely cause: "
                             f"{cause}")
-    with _answer("my_prune", seconds=10):
+    with _answer("my_prune", seconds=10), _own_count08(k08):
         fp16 = {"a_ptr": torch.empty(1, dtype=torch.float16)}
         got = [k08.label(c) for c in prune(list(configs), fp16)]
     if got != kept((9, 0), 2):

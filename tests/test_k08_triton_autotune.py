@@ -98,3 +98,22 @@ def test_ieee_fp32_uses_no_tensor_cores():
     asm = k07.asm(torch.float32, config=k07.TileConfig(64, 64, 32, 4, 3), cc=(9, 0))
     assert "wgmma" not in asm["ptx"] and "mma.sync" not in asm["ptx"]
     assert "fma.rn.f32" in asm["ptx"]
+
+
+def test_stage_buffers_and_limits_follow_the_architecture():
+    fp16, fp32 = torch.float16, torch.float32
+    # Hopper's wgmma: a buffer per stage; mma.sync (sm_80-89) and fp32's FMA path: one fewer
+    assert [k08.stage_buffers(3, fp16, cc) for cc in ((9, 0), (8, 0), (8, 6))] == [3, 2, 2]
+    assert k08.stage_buffers(3, fp32, (9, 0)) == 2
+    assert k08.stage_buffers(1, fp16, (8, 0)) == 1
+    wide = k08.CONFIGS[1]                            # 128 x 256 x 64, 4 stages
+    assert k08.smem_bytes(wide, fp16, (9, 0)) == 4 * (128 + 256) * 64 * 2 == 196608
+    assert k08.smem_bytes(wide, fp16, (8, 0)) == 3 * (128 + 256) * 64 * 2 == 147456
+    if gl.backend() != "cuda":
+        assert [k08.smem_limit(cc) // 1024 for cc in ((9, 0), (8, 0), (8, 6))] == [227, 163, 99]
+        # fits an A100 (3 buffers, 144 KB of 163 KB) but not an RTX 3090 (99 KB)
+        every = k08.CONFIGS
+        on_a100 = k08.prune_for_gpu(every, fp16, 8192, 8192, sms=108, cc=(8, 0))
+        on_3090 = k08.prune_for_gpu(every, fp16, 8192, 8192, sms=82, cc=(8, 6))
+        assert wide in on_a100 and wide not in on_3090
+        assert all(k08.smem_bytes(c, fp16, (8, 6)) <= 99 * 1024 for c in on_3090)

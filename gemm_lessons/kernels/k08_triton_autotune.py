@@ -17,8 +17,10 @@ shared memory and 64K registers per SM):
 * BLOCK_SIZE_K = 64: 64 fp16 are 128 bytes, one swizzled shared-memory row. 128 halves the
   loop's overhead per FLOP but doubles the shared memory per stage.
 * num_stages: the depth of the cp.async pipeline (lesson 06 wrote two by hand). Shared
-  memory per stage is (BM + BN) x BK x 2 bytes: 48 KB for 128 x 256 x 64, so 3 stages use
-  144 KB and 4 use 192 KB; the pruner drops any config over 227 KB.
+  memory per stage is (BM + BN) x BK x 2 bytes: 48 KB for 128 x 256 x 64, so on Hopper 3
+  stages use 144 KB and 4 use 192 KB (on Ampere Triton allocates one buffer fewer,
+  :func:`stage_buffers`); the pruner drops any config over the GPU's limit (227 KB on an
+  H100/H200).
 * Pruning: every config is compiled and timed once per new key, so the pruner skips what
   cannot win: configs over the shared-memory limit, and configs that leave more than half
   of the 132 SMs without a program (on outputs so small that every config does, all but
@@ -50,7 +52,8 @@ from .k07_triton_swizzle import DTYPES, matmul_kernel, operands, TileConfig, che
 
 __all__ = ["CONFIGS", "FP32_CONFIGS", "INTERPRETER_CONFIG", "make_config", "autotune",
            "matmul_autotuned", "prune", "prune_for_gpu", "programs", "cpu_timer",
-           "smem_bytes", "matmul", "chosen_config", "tile_config", "label"]
+           "smem_bytes", "stage_buffers", "smem_limit", "device_capability", "SMEM_LIMIT",
+           "SMEM_LIMITS", "HOPPER", "matmul", "chosen_config", "tile_config", "label"]
 
 
 def make_config(BM, BN, BK, num_warps, num_stages, group_size_m=8):
@@ -81,13 +84,47 @@ FP32_CONFIGS = [
 INTERPRETER_CONFIG = make_config(32, 32, 16, num_warps=1, num_stages=1, group_size_m=2)
 
 SMEM_LIMIT = 227 * 1024   # bytes of shared memory one program may use on an H100/H200
+# the same limit by compute capability (CUDA C++ Programming Guide, "maximum amount of shared
+# memory per thread block", opt-in)
+SMEM_LIMITS = {(8, 0): 163 * 1024, (8, 6): 99 * 1024, (8, 7): 163 * 1024,
+               (8, 9): 99 * 1024, (9, 0): SMEM_LIMIT}
+HOPPER = (9, 0)
 
 
-def smem_bytes(config, dtype):
-    """Shared memory a config's pipeline needs: num_stages copies of an A and a B tile."""
+def stage_buffers(num_stages, dtype, cc=HOPPER):
+    """Buffers (a tile of A and one of B each) Triton allocates for a ``num_stages`` pipeline
+    (lesson 07 reads the counts from the compiler): one per stage where ``tl.dot`` is Hopper's
+    wgmma, which reads shared memory while the next copies land (fp16/bf16 on sm_90); one
+    fewer where the products come from registers (mma.sync on sm_80-89; fp32 with IEEE
+    products on the FMA units)."""
+    if num_stages <= 1:
+        return 1
+    return num_stages if cc >= HOPPER and dtype != torch.float32 else num_stages - 1
+
+
+def smem_limit(cc=HOPPER):
+    """Bytes of shared memory one program may use on a GPU of capability ``cc``: read from
+    the device when this engine's GPU has that capability, else :data:`SMEM_LIMITS` (the
+    H100/H200's for a capability it does not list)."""
+    eng = engines.engine()
+    if eng.kind == "cuda" and tuple(eng.capability) == tuple(cc):
+        return torch.cuda.get_device_properties(torch.cuda.current_device()) \
+            .shared_memory_per_block_optin
+    return SMEM_LIMITS.get(tuple(cc), SMEM_LIMIT)
+
+
+def device_capability():
+    """The capability the pruners count buffers for: this GPU's, or Hopper's off the GPU."""
+    eng = engines.engine()
+    return tuple(eng.capability) if eng.kind == "cuda" else HOPPER
+
+
+def smem_bytes(config, dtype, cc=HOPPER):
+    """Shared memory a config's pipeline needs on a GPU of capability ``cc``: its stage
+    buffers (:func:`stage_buffers`), each an A and a B tile."""
     kw = config.kwargs
     per_stage = (kw["BLOCK_SIZE_M"] + kw["BLOCK_SIZE_N"]) * kw["BLOCK_SIZE_K"] * dtype.itemsize
-    return config.num_stages * per_stage
+    return stage_buffers(config.num_stages, dtype, cc) * per_stage
 
 
 def programs(config, M, N):
@@ -96,14 +133,15 @@ def programs(config, M, N):
     return cdiv(M, kw["BLOCK_SIZE_M"]) * cdiv(N, kw["BLOCK_SIZE_N"])
 
 
-def prune_for_gpu(configs, dtype, M, N, sms=None):
-    """The configs worth timing for ``dtype`` operands and an M x N output: the list for
-    the dtype (tensor cores, or fp32), those that fit in shared memory, and of those the ones
-    that keep at least half the multiprocessors busy, or else the one(s) with the most
-    programs."""
+def prune_for_gpu(configs, dtype, M, N, sms=None, cc=HOPPER):
+    """The configs worth timing for ``dtype`` operands and an M x N output on a GPU of
+    capability ``cc``: the list for the dtype (tensor cores, or fp32), those that fit in
+    shared memory, and of those the ones that keep at least half the multiprocessors busy,
+    or else the one(s) with the most programs."""
     sms = sm_count() if sms is None else sms
     wanted = FP32_CONFIGS if dtype == torch.float32 else CONFIGS
-    fit = [c for c in configs if c in wanted and smem_bytes(c, dtype) <= SMEM_LIMIT]
+    limit = smem_limit(cc)
+    fit = [c for c in configs if c in wanted and smem_bytes(c, dtype, cc) <= limit]
     busy = [c for c in fit if 2 * programs(c, M, N) >= sms]
     if busy:
         return busy
@@ -115,7 +153,8 @@ def prune(configs, named_args, **kwargs):
     """``early_config_prune``: the configs worth timing for these arguments."""
     if not engines.on_gpu():
         return [INTERPRETER_CONFIG]
-    return prune_for_gpu(configs, named_args["a_ptr"].dtype, named_args["M"], named_args["N"])
+    return prune_for_gpu(configs, named_args["a_ptr"].dtype, named_args["M"], named_args["N"],
+                         cc=device_capability())
 
 
 def cpu_timer(fn, quantiles=None, reps=3):

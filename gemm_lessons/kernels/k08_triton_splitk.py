@@ -30,7 +30,8 @@ from .. import engines
 from ..common import cdiv, sm_count
 from . import Kernel
 from .k07_triton_swizzle import DTYPES, check_offsets, grouped_pid, operands
-from .k08_triton_autotune import SMEM_LIMIT, cpu_timer
+from .k08_triton_autotune import (HOPPER, SMEM_LIMIT, cpu_timer, device_capability,
+                                  smem_limit, stage_buffers)
 
 __all__ = ["splitk_kernel", "make_config", "CONFIGS", "FP32_CONFIGS", "INTERPRETER_CONFIG",
            "MIN_K_TILES_PER_SPLIT", "m_bucket", "smem_bytes", "programs", "waves",
@@ -161,10 +162,11 @@ def _kw(config):
     return (kw["BLOCK_SIZE_M"], kw["BLOCK_SIZE_N"], kw["BLOCK_SIZE_K"], kw["SPLIT_K"])
 
 
-def smem_bytes(config, dtype):
-    """Shared memory of the pipeline: num_stages copies of an A and a B tile."""
+def smem_bytes(config, dtype, cc=HOPPER):
+    """Shared memory of the pipeline on a GPU of capability ``cc``: its stage buffers
+    (lesson 08's ``stage_buffers``), each an A and a B tile."""
     BM, BN, BK, _ = _kw(config)
-    return config.num_stages * (BM + BN) * BK * dtype.itemsize
+    return stage_buffers(config.num_stages, dtype, cc) * (BM + BN) * BK * dtype.itemsize
 
 
 def programs(config, M, N):
@@ -178,12 +180,13 @@ def waves(config, M, N, sms=None):
     return programs(config, M, N) / (sm_count() if sms is None else sms)
 
 
-def prune_for_gpu(configs, dtype, M, N, K, sms=None):
+def prune_for_gpu(configs, dtype, M, N, K, sms=None, cc=HOPPER):
     """The configs worth timing for ``dtype`` operands and an M x N x K product (M: the
-    bucket, see the module docstring)."""
+    bucket, see the module docstring) on a GPU of capability ``cc``."""
     sms = sm_count() if sms is None else sms
     wanted = FP32_CONFIGS if dtype == torch.float32 else CONFIGS
-    fit = [c for c in configs if c in wanted and smem_bytes(c, dtype) <= SMEM_LIMIT]
+    limit = smem_limit(cc)
+    fit = [c for c in configs if c in wanted and smem_bytes(c, dtype, cc) <= limit]
     if not fit:
         raise ValueError(f"no {dtype} config of {len(configs)} fits in shared memory")
     # the shortest tiles there are, when none is as short as the output (fp32's 32 rows)
@@ -213,7 +216,7 @@ def prune(configs, named_args, **kwargs):
     if not engines.on_gpu():
         return [INTERPRETER_CONFIG]
     return prune_for_gpu(configs, named_args["a_ptr"].dtype, named_args["M_BUCKET"],
-                         named_args["N"], named_args["K"])
+                         named_args["N"], named_args["K"], cc=device_capability())
 
 
 def graph_timer(fn, quantiles=None):
@@ -279,7 +282,8 @@ def needs(kernel, dtype, M, N, K, sms):
     if not engines.on_gpu():
         cands = [INTERPRETER_CONFIG] if kernel.early_config_prune is prune else kernel.configs
     elif kernel.early_config_prune is prune:
-        cands = prune_for_gpu(kernel.configs, dtype, m_bucket(M), N, K, sms)
+        cands = prune_for_gpu(kernel.configs, dtype, m_bucket(M), N, K, sms,
+                              cc=device_capability())
     else:
         cands = kernel.configs
     split = [c for c in cands if _kw(c)[3] > 1]
