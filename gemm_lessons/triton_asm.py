@@ -25,7 +25,7 @@ import sys
 
 __all__ = ["compile_kernel", "compile_kernels", "grep"]
 
-_PTR = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32"}
+_PTR = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "int32": "*i32"}
 
 
 def _qualname(fn):

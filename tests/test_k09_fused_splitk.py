@@ -155,3 +155,14 @@ def test_the_epilogue_suite_writes_its_rows(tmp_path, tool):
                             "k09_fused_splitk_vs_eager", "k09_fused_splitk_vs_mm"]
     assert rows["k09_fused_splitk_vs_eager"].ratio == pytest.approx(1.2)
     assert rows["eager_vs_mm"].ms == pytest.approx(0.012)
+
+
+@pytest.mark.skipif(engines.on_gpu(), reason="compiles for sm_90 with this machine's Triton")
+def test_the_widest_configs_do_not_spill_in_the_gelu_epilogue():
+    from gemm_lessons import compiled, triton_asm
+    wide = [c for c in sk.CONFIGS if c.kwargs["BLOCK_SIZE_N"] == 256]
+    for c, res in zip(wide, triton_asm.compile_kernels([fs.asm_job(c) for c in wide])):
+        rep = compiled.ptxas_report(res["ptx"], (9, 0))
+        if rep is None:
+            pytest.skip("no ptxas here")
+        assert rep["spill_stores"] == 0 and rep["registers"] <= 255, (sk.label(c), rep)

@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 __all__ = ["ACTIVATION_CODES", "LEAKY_SLOPE", "apply_activation", "epilogue",
-           "splitk_epilogue_kernel"]
+           "epilogue_in_halves", "splitk_epilogue_kernel"]
 
 ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "leaky_relu": 3}
 LEAKY_SLOPE = 0.01                      # torch.nn.functional.leaky_relu's default
@@ -57,6 +57,28 @@ def epilogue(acc, offs_m, offs_n, pid_b, M, N,
     acc = apply_activation(acc, ACTIVATION)               # (4)
     out_ptrs = out_ptr + pid_b * stride_ob + rows * stride_om + offs_n[None, :] * stride_on
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def epilogue_in_halves(acc, offs_m, off_n, pid_b, M, N,
+                       c_ptr, stride_cb, stride_cm, stride_cn,
+                       bias_ptr, stride_bias,
+                       out_ptr, stride_ob, stride_om, stride_on,
+                       alpha, beta,
+                       HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+                       BLOCK_SIZE_N: tl.constexpr):
+    """:func:`epilogue` on the tile's two (BLOCK_SIZE_M, BLOCK_SIZE_N / 2) halves, one after
+    the other (columns ``off_n`` onwards): on a 128 x 256 tile the whole-tile gelu needs
+    more registers than a thread may have, and spills; the halves do not."""
+    acc0, acc1 = tl.split(tl.permute(tl.reshape(acc, (acc.shape[0], 2, BLOCK_SIZE_N // 2)),
+                                     (0, 2, 1)))
+    offs_n = off_n + tl.arange(0, BLOCK_SIZE_N // 2)
+    epilogue(acc0, offs_m, offs_n, pid_b, M, N, c_ptr, stride_cb, stride_cm, stride_cn,
+             bias_ptr, stride_bias, out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
+             HAS_C, HAS_BIAS, ACTIVATION)
+    epilogue(acc1, offs_m, offs_n + BLOCK_SIZE_N // 2, pid_b, M, N, c_ptr, stride_cb,
+             stride_cm, stride_cn, bias_ptr, stride_bias, out_ptr, stride_ob, stride_om,
+             stride_on, alpha, beta, HAS_C, HAS_BIAS, ACTIVATION)
 
 
 @triton.jit

@@ -9,7 +9,11 @@ is ``k08_triton_splitk``'s, with the same configurations, pruner and autotune ke
 change: where that kernel stores C, this one calls :func:`k09_epilogue.epilogue` on the
 finished fp32 tile. Under split-K that is the program drawing the last ticket, after it has
 added every slice's partial: beta * C and the bias are added once, and the activation sees
-the full sum (gelu(x) + gelu(y) is not gelu(x + y)). One launch for any shape.
+the full sum (gelu(x) + gelu(y) is not gelu(x + y)). One launch for any shape. The
+epilogue runs on the tile's two halves in turn (``epilogue_in_halves``, as
+``k09_fused_tma``'s): with bias and gelu on a whole 128 x 256 or 64 x 256 tile ptxas runs
+out of registers and spills (``asm_job`` compiles a config; ``compiled.ptxas_report``
+reads the spills).
 
 BLAS rules: ``beta == 0`` never reads C; ``alpha == 0`` never reads A or B (that case runs
 ``k09_fused_epilogue``'s epilogue pass alone). Shapes and strides: as lesson 07 (masks, no
@@ -26,10 +30,10 @@ from . import Kernel
 from . import k08_triton_splitk as k08s
 from . import k09_fused_epilogue as k09
 from .k07_triton_swizzle import DTYPES, check_offsets, grouped_pid, operands
-from .k09_epilogue import ACTIVATION_CODES, epilogue
+from .k09_epilogue import ACTIVATION_CODES, epilogue_in_halves
 
 __all__ = ["fused_splitk_kernel", "fused_splitk_autotuned", "fused_gemm", "gemm", "launch",
-           "chosen_config"]
+           "asm_job", "chosen_config"]
 
 
 @triton.jit
@@ -86,13 +90,13 @@ def fused_splitk_kernel(
         a_ptrs += BLOCK_SIZE_K * stride_ak
         b_ptrs += BLOCK_SIZE_K * stride_bk
 
-    # 4. a whole tile: lesson 09's epilogue while it is in registers, then one store
+    # 4. a whole tile: lesson 09's epilogue while it is in registers, one half at a time
     offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    off_cn = pid_n * BLOCK_SIZE_N
     if SPLIT_K == 1:
-        epilogue(acc, offs_cm, offs_cn, 0, M, N, c_ptr, 0, stride_cm, stride_cn,
-                 bias_ptr, stride_bias, out_ptr, 0, stride_om, stride_on, alpha, beta,
-                 HAS_C, HAS_BIAS, ACTIVATION)
+        epilogue_in_halves(acc, offs_cm, off_cn, 0, M, N, c_ptr, 0, stride_cm, stride_cn,
+                           bias_ptr, stride_bias, out_ptr, 0, stride_om, stride_on,
+                           alpha, beta, HAS_C, HAS_BIAS, ACTIVATION, BLOCK_SIZE_N)
     else:
         # 5. split-K: park this slice's fp32 partial tile in its workspace slot (tile, slice)
         tile = (tl.arange(0, BLOCK_SIZE_M)[:, None] * BLOCK_SIZE_N
@@ -108,9 +112,10 @@ def fused_splitk_kernel(
                 acc += tl.load(slots + s * BLOCK_SIZE_M * BLOCK_SIZE_N + tile,
                                cache_modifier=".cg")   # from L2, where other SMs wrote
             # the full sum: beta * C and the bias added once, the activation on the sum
-            epilogue(acc, offs_cm, offs_cn, 0, M, N, c_ptr, 0, stride_cm, stride_cn,
-                     bias_ptr, stride_bias, out_ptr, 0, stride_om, stride_on, alpha, beta,
-                     HAS_C, HAS_BIAS, ACTIVATION)
+            epilogue_in_halves(acc, offs_cm, off_cn, 0, M, N, c_ptr, 0, stride_cm,
+                               stride_cn, bias_ptr, stride_bias, out_ptr, 0, stride_om,
+                               stride_on, alpha, beta, HAS_C, HAS_BIAS, ACTIVATION,
+                               BLOCK_SIZE_N)
             tl.store(count_ptr + pid, 0)   # zero again for the next launch
 
 
@@ -186,6 +191,27 @@ def gemm(a3, b3, c3, out, alpha, beta, bias, activation):
 def launch(a, b, c):
     """c = a @ b (alpha 1, beta 0, no bias, no activation)."""
     fused_gemm(a, b, None, c)
+
+
+def asm_job(config, dtype=torch.float16, M=2048, N=4096, K=4096, *, bias=True,
+            activation="gelu", cc=(9, 0)):
+    """The compilation of ``config`` with (``bias`` +) ``activation`` for ``cc``, as a
+    launch on contiguous operands of this shape would specialise it (for
+    :func:`gemm_lessons.triton_asm.compile_kernels`)."""
+    from ..common import dtype_name
+    name = dtype_name(dtype)
+    split = config.kwargs["SPLIT_K"] > 1
+    args = {"a_ptr": name, "b_ptr": name, "c_ptr": name, "bias_ptr": name, "out_ptr": name,
+            "ws_ptr": "float32" if split else name, "count_ptr": "int32" if split else name,
+            "M": M, "N": N, "K": K, "M_BUCKET": k08s.m_bucket(M),
+            "stride_am": K, "stride_ak": 1, "stride_bk": N, "stride_bn": 1,
+            "stride_cm": 0, "stride_cn": 0, "stride_bias": 1 if bias else 0,
+            "stride_om": N, "stride_on": 1, "alpha": 1, "beta": 0}
+    constants = dict(config.kwargs, HAS_C=False, HAS_BIAS=bias,
+                     ACTIVATION=ACTIVATION_CODES[activation],
+                     INPUT_PRECISION="ieee" if dtype == torch.float32 else "tf32")
+    return dict(fn=fused_splitk_kernel, args=args, constants=constants,
+                num_warps=config.num_warps, num_stages=config.num_stages, cc=cc)
 
 
 def chosen_config():

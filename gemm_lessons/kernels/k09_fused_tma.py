@@ -61,6 +61,7 @@ from . import FP16_BF16, Kernel
 from . import k09_fused_epilogue as k09
 from .k07_triton_swizzle import grouped_pid
 from .k08_triton_tma import persistent_programs, tma_ready
+from .k09_epilogue import epilogue_in_halves
 
 __all__ = ["fused_tma_kernel", "TmaConfig", "GPU_CONFIG", "SIM_CONFIG", "default_config",
            "will_use_tma", "fused_gemm_tma", "gemm_tma", "launch", "asm_job"]
@@ -135,17 +136,10 @@ def fused_tma_kernel(
         # lesson 09's epilogue, unchanged: alpha, beta * C, bias, activation, one store
         offs_m = off_m + tl.arange(0, BLOCK_SIZE_M)
         if EPILOGUE_SUBTILE:   # two (BM, BN / 2) halves, one after the other
-            acc0, acc1 = tl.split(tl.permute(tl.reshape(acc, (BLOCK_SIZE_M, 2,
-                                                              BLOCK_SIZE_N // 2)), (0, 2, 1)))
-            offs_n = off_n + tl.arange(0, BLOCK_SIZE_N // 2)
-            k09.epilogue(acc0, offs_m, offs_n, pid_b.to(tl.int64), M, N,
-                         c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
-                         out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
-                         HAS_C, HAS_BIAS, ACTIVATION)
-            k09.epilogue(acc1, offs_m, offs_n + BLOCK_SIZE_N // 2, pid_b.to(tl.int64), M, N,
-                         c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
-                         out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
-                         HAS_C, HAS_BIAS, ACTIVATION)
+            epilogue_in_halves(acc, offs_m, off_n, pid_b.to(tl.int64), M, N,
+                               c_ptr, stride_cb, stride_cm, stride_cn, bias_ptr, stride_bias,
+                               out_ptr, stride_ob, stride_om, stride_on, alpha, beta,
+                               HAS_C, HAS_BIAS, ACTIVATION, BLOCK_SIZE_N)
         else:
             offs_n = off_n + tl.arange(0, BLOCK_SIZE_N)
             k09.epilogue(acc, offs_m, offs_n, pid_b.to(tl.int64), M, N,
