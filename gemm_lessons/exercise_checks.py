@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 import signal
 import threading
 import time
@@ -2640,7 +2641,6 @@ def _ring_producer_problem(audit, k_tiles, blocks, K):
 def _deadlock_lines(err):
     """[(threads, parity, barrier name, stage, arrivals pending, bytes outstanding)] from an
     MbarrierDeadlock's message."""
-    import re
     pat = re.compile(r"(\d+) thread\(s\) wait with parity (\d) on mbarrier (\w+)\[(\d+)\].*?"
                      r"(\d+) of \d+ arrivals pending, (-?\d+) transaction bytes outstanding")
     return [(int(n), int(p), name, int(s), int(a), int(t))
@@ -2655,6 +2655,22 @@ def _ring_stuck(err, audit, learner):
     if isinstance(err, MbarrierTxError) and learner == "consumer":
         return (f"an mbarrier received what its phase did not expect ({text}): the consumers "
                 "wait on full[s] and arrive on empty[s], once per stage they read")
+    overrun = re.search(r"full\[(\d+)\].*no arrival pending", text)
+    if isinstance(err, MbarrierTxError) and overrun:
+        # the producer announced a stage's next round before its last one was even complete
+        s = overrun.group(1)
+        waits = [e for e in audit.events if e["op"] == "wait" and _bar(e)[0] == "empty"
+                 and e["thread"] == 0]
+        if not waits:
+            return (f"the producer announces stage {s} again before the consumers released "
+                    f"it: it never waits on empty. Before it refills stage s it must wait on "
+                    f"empty[s] for the consumers' release of the round before, or it "
+                    f"overwrites a tile they still read. The simulator's report: {text}")
+        return (f"a wrong parity: the producer's wait on empty[{s}] passed before the "
+                f"consumers released the stage, so it announced the stage's next round while "
+                f"the last one was still unread. In round r = kt // STAGES the wait passes the "
+                f"parity of phase r - 1, (r & 1) ^ 1, so that round 0 does not block. The "
+                f"simulator's report: {text}")
     if isinstance(err, MbarrierTxError):
         return (f"the expect_tx byte count: {text.split(': ', 1)[-1]} ({text.split(':')[0]}). "
                 "mbarrier_arrive_expect_tx announces every byte the stage's copies will "
