@@ -5,12 +5,17 @@
 * on a GPU (and when compiling PTX): the typing checks and the LLVM code that turns a numba
   array and index into an address, and the building blocks of an inline-``asm`` call;
 * in numba's simulator: the numpy array behind a simulated array, byte offsets, the
-  alignment and bounds checks the hardware would fault on.
+  alignment and bounds checks the hardware would fault on, and the hook through which the
+  instruments hand kernels their own shared arrays (:func:`shared_arrays`).
 
 A lesson never needs this module: it reads the instruction sections of the three public
 modules. Which engine runs is read once, from :func:`gemm_lessons.common.simulated`.
 """
 from __future__ import annotations
+
+import contextlib
+import sys
+import threading
 
 import numpy as np
 
@@ -88,6 +93,41 @@ class RecordedArray(WatchedArray):
         wide = np.asarray(self._arr).view(np.dtype((np.void, nbytes)))
         self._tr.record("shared", self._name, op, 0, wide, idx)
         return self._arr
+
+
+_ALLOC_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def shared_arrays(make):
+    """Inside the block, ``cuda.shared.array(shape, dtype)`` in a simulated kernel returns
+    ``make(shape, numpy dtype, frame)`` (``frame``: the declaring line's, for a name): one
+    array per block and declaring source line, as the simulator keys them, made under a lock
+    so that every thread of the block gets the same one. Dynamic shared memory (shape 0)
+    stays the simulator's."""
+    from numba.core import types
+    from numba.cuda.simulator import kernelapi
+    from numba.np import numpy_support
+    real = kernelapi.FakeCUDAShared.array
+
+    def array(self, shape, dtype, alignment=None):
+        if shape == 0:
+            return real(self, shape, dtype)
+        frame = sys._getframe(1)
+        caller = (frame.f_code.co_filename, frame.f_lineno)
+        with _ALLOC_LOCK:
+            res = self._allocations.get(caller)
+            if res is None:
+                if isinstance(dtype, types.Type):
+                    dtype = numpy_support.as_dtype(dtype)
+                res = self._allocations[caller] = make(shape, np.dtype(dtype), frame)
+        return res
+
+    kernelapi.FakeCUDAShared.array = array
+    try:
+        yield
+    finally:
+        kernelapi.FakeCUDAShared.array = real
 
 
 def unwrap(arr):

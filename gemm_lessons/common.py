@@ -23,7 +23,7 @@ from functools import lru_cache
 
 from . import engines
 
-__all__ = ["cdiv", "grouped_order", "NOMINAL_SMS", "sm_count", "simulated",
+__all__ = ["cdiv", "grouped_order", "NOMINAL_SMS", "sm_count", "smem_optin", "simulated",
            "run_on_simulator", "dtype_name"]
 
 NOMINAL_SMS = 132      # an H100/H200 (SXM): the SM count used where there is no GPU
@@ -62,6 +62,14 @@ def sm_count(device=None) -> int:
         device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
         index = device.index if device.index is not None else torch.cuda.current_device()
     return _device_sms(index)
+
+
+@lru_cache(maxsize=None)
+def smem_optin(index: int) -> int:
+    """The most shared memory one block may ask for on GPU ``index`` (the opt-in limit:
+    227 KiB on Hopper, 163 KiB on an A100)."""
+    import torch
+    return torch.cuda.get_device_properties(index).shared_memory_per_block_optin
 
 
 def simulated() -> bool:

@@ -25,16 +25,14 @@ later accesses by one), exact for the straight-line code of the lessons.
 from __future__ import annotations
 
 import contextlib
-import sys
 import threading
-import traceback
 from collections import defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
 from . import common, engines
-from ._ptx_plumbing import RecordedArray, record_wide_access, unwrap
+from ._ptx_plumbing import RecordedArray, record_wide_access, shared_arrays, unwrap
 
 __all__ = ["trace", "simulate", "Trace", "Access", "sectors_per_request", "bank_ways",
            "banks_of_request", "unwrap", "record_wide_access", "SECTOR_BYTES", "N_BANKS",
@@ -43,7 +41,6 @@ __all__ = ["trace", "simulate", "Trace", "Access", "sectors_per_request", "bank_
 SECTOR_BYTES = 32
 N_BANKS = 32
 BANK_BYTES = 4
-_SHARED_LOCK = threading.Lock()   # shared-array allocation in a traced block (see trace)
 
 
 @dataclass(frozen=True)
@@ -180,13 +177,11 @@ def trace(**names):
     if engines.on_gpu():
         raise RuntimeError("counters.trace() instruments numba's simulator; on a GPU, "
                            "measure with ncu (see the lesson's GPU cell)")
-    from numba.cuda.simulator import kernelapi
     from numba.cuda.simulator.cudadrv import devicearray as da
 
     tr = Trace()
     W = da.FakeWithinKernelCUDAArray
     old_get, old_set = W.__getitem__, W.__setitem__
-    old_shared = kernelapi.FakeCUDAShared.array
     by_ptr = {t.data_ptr(): n for n, t in names.items()}
     arg_names = {}
 
@@ -207,33 +202,16 @@ def trace(**names):
         tr.record("global", name, "store", ptr, ary, idx)
         return old_set(self, idx, val)
 
-    def shared_array(self, shape, dtype, alignment=None):
-        if shape == 0:     # dynamic shared memory (one buffer for the block): not recorded
-            return old_shared(self, shape, dtype)
-        # the simulator keys shared arrays by the source line that declares them; keep that
-        frame = sys._getframe(1)
-        caller = (frame.f_code.co_filename, frame.f_lineno)
-        # every thread of the block must get the same array: the look-up and the first
-        # allocation happen under one lock (two threads could otherwise both allocate)
-        with _SHARED_LOCK:
-            res = self._allocations.get(caller)
-            if res is None:
-                from numba.np import numpy_support
-                from numba.core import types
-                if isinstance(dtype, types.Type):
-                    dtype = numpy_support.as_dtype(dtype)
-                name = f"shared@{frame.f_code.co_name}:{frame.f_lineno}"
-                res = RecordedArray(np.empty(shape, dtype), name, tr)
-                self._allocations[caller] = res
-        return res
+    def shared_array(shape, dtype, frame):     # (dynamic shared memory is not recorded)
+        name = f"shared@{frame.f_code.co_name}:{frame.f_lineno}"
+        return RecordedArray(np.empty(shape, dtype), name, tr)
 
     W.__getitem__, W.__setitem__ = get, set_
-    kernelapi.FakeCUDAShared.array = shared_array
     try:
-        yield tr
+        with shared_arrays(shared_array):
+            yield tr
     finally:
         W.__getitem__, W.__setitem__ = old_get, old_set
-        kernelapi.FakeCUDAShared.array = old_shared
 
 
 def _simulate_here(kernel, M, N, K, dtype, seed, a_layout, b_layout):

@@ -38,13 +38,12 @@ import math
 import re
 import signal
 import threading
-import time
 from collections import defaultdict
 
 import torch
 
 from . import engines, harness
-from ._ptx_plumbing import RecordedArray, WatchedArray
+from ._ptx_plumbing import RecordedArray, WatchedArray, shared_arrays
 
 __all__ = ["ExerciseError", "time_limit", "barrier_audit", "pipeline_audit", "check_product",
            "HINTS"]
@@ -247,48 +246,22 @@ def barrier_audit():
     """Record the shared-memory accesses of numba kernels launched inside (simulator only)
     and find races between barriers. Yields an object with ``race`` (None or a sentence),
     ``epochs`` (barriers per thread) and ``message()``."""
-    from numba.cuda.simulator import kernelapi
+    import linecache
+
+    import numpy as np
     audit = _BarrierAudit()
-    alloc_lock = threading.Lock()
-    real_shared = kernelapi.FakeCUDAShared.array
-    import sys
 
-    def shared_array(self, shape, dtype, alignment=None):
-        if shape == 0:
-            return real_shared(self, shape, dtype)
-        frame = sys._getframe(1)
-        caller = (frame.f_code.co_filename, frame.f_lineno)
-        with alloc_lock:    # every thread of the block must get the same array
-            return _allocate(self, caller, frame, shape, dtype)
-
-    def _allocate(self, caller, frame, shape, dtype):
-        res = self._allocations.get(caller)
-        if res is None:
-            import numpy as np
-            from numba.core import types
-            from numba.np import numpy_support
-            if isinstance(dtype, types.Type):
-                dtype = numpy_support.as_dtype(dtype)
-            name = f"the shared array of line {frame.f_lineno}"
-            try:
-                src = frame.f_code.co_filename
-                import linecache
-                line = linecache.getline(src, frame.f_lineno).strip()
-                if "=" in line:
-                    name = line.split("=")[0].strip()
-            except Exception:       # noqa: BLE001
-                pass
-            res = _Watched(np.zeros(shape, dtype), name, audit)
-            self._allocations[caller] = res
-            audit.alive.append(res)     # ids stay unique while the audit runs
+    def shared_array(shape, dtype, frame):
+        name = f"the shared array of line {frame.f_lineno}"
+        line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
+        if "=" in line:
+            name = line.split("=")[0].strip()
+        res = _Watched(np.zeros(shape, dtype), name, audit)
+        audit.alive.append(res)     # ids stay unique while the audit runs
         return res
 
-    kernelapi.FakeCUDAShared.array = shared_array
-    try:
-        with audit.epochs.installed():
-            yield audit
-    finally:
-        kernelapi.FakeCUDAShared.array = real_shared
+    with shared_arrays(shared_array), audit.epochs.installed():
+        yield audit
 
 
 # ------------------------------------------------------------------ simulator: cp.async
@@ -1719,33 +1692,13 @@ def _nan_shared():
     """Shared arrays of the numba kernels launched inside start filled with NaN (simulator;
     integer arrays with -1): an element a kernel reads before writing is then as undefined
     as on a GPU, and shows in the result. One array per source line, as the simulator."""
-    import sys
-
     import numpy as np
-    from numba.core import types
-    from numba.cuda.simulator import kernelapi
-    from numba.np import numpy_support
-    real = kernelapi.FakeCUDAShared.array
-    lock = threading.Lock()
 
-    def array(self, shape, dtype, alignment=None):
-        if shape == 0:
-            return real(self, shape, dtype)
-        frame = sys._getframe(1)
-        caller = (frame.f_code.co_filename, frame.f_lineno)
-        with lock:
-            res = self._allocations.get(caller)
-            if res is None:
-                dt = numpy_support.as_dtype(dtype) if isinstance(dtype, types.Type) else dtype
-                res = np.full(shape, np.nan if np.dtype(dt).kind == "f" else -1, dt)
-                self._allocations[caller] = res
-        return res
+    def nan_array(shape, dtype, frame):
+        return np.full(shape, np.nan if dtype.kind == "f" else -1, dtype)
 
-    kernelapi.FakeCUDAShared.array = array
-    try:
+    with shared_arrays(nan_array):
         yield
-    finally:
-        kernelapi.FakeCUDAShared.array = real
 
 
 def ex05_tiles(run, BM, BN, BK):
@@ -2414,38 +2367,20 @@ def _ring_audit():
     """Watch the ring of exercises 6 and 7 (simulator only): the float stage arrays of the
     kernels launched inside are :class:`_RingArray`, ``ptx_tma.tma_load_2d`` notes each copy,
     and ``ptx_mbarrier.record()`` every barrier operation."""
-    import sys
-
     import numpy as np
-    from numba.core import types
-    from numba.cuda.simulator import kernelapi
-    from numba.np import numpy_support
 
     from . import ptx_mbarrier as mbar
     from . import ptx_tma as tmacopy
-    real_shared = kernelapi.FakeCUDAShared.array
     real_tma = tmacopy.tma_load_2d
-    alloc_lock = threading.Lock()
     with mbar.record() as events:
         audit = _RingAudit(events)
 
-        def shared_array(self, shape, dtype, alignment=None):
-            if shape == 0:
-                return real_shared(self, shape, dtype)
-            frame = sys._getframe(1)
-            caller = (frame.f_code.co_filename, frame.f_lineno)   # one array per line
-            with alloc_lock:                # every thread of the block gets the same array
-                res = self._allocations.get(caller)
-                if res is None:
-                    if isinstance(dtype, types.Type):
-                        dtype = numpy_support.as_dtype(dtype)
-                    if np.dtype(dtype).kind == "f":     # a stage array: NaN until written
-                        res = _RingArray(np.full(shape, np.nan, dtype), "stage", audit)
-                        audit.arrays.append(res)
-                    else:                   # barriers stay plain: their names are read there
-                        res = np.zeros(shape, dtype)
-                    self._allocations[caller] = res
-            return res
+        def shared_array(shape, dtype, frame):
+            if dtype.kind == "f":           # a stage array: NaN until written
+                res = _RingArray(np.full(shape, np.nan, dtype), "stage", audit)
+                audit.arrays.append(res)
+                return res
+            return np.zeros(shape, dtype)   # barriers stay plain: their names are read there
 
         def tma_load_2d(dst, di, tmap, col, row, bars, bi):
             real_tma(dst, di, tmap, col, row, bars, bi)
@@ -2453,14 +2388,13 @@ def _ring_audit():
 
         from . import sim_scheduler
         sim_scheduler.add_hooks(_ring_block_started, _ring_no_stall)   # (added once)
-        kernelapi.FakeCUDAShared.array = shared_array
         tmacopy.tma_load_2d = tma_load_2d
         _RING_NOW[:] = [audit]
         try:
-            yield audit
+            with shared_arrays(shared_array):
+                yield audit
         finally:
             _RING_NOW[:] = []
-            kernelapi.FakeCUDAShared.array = real_shared
             tmacopy.tma_load_2d = real_tma
 
 
@@ -2549,7 +2483,7 @@ def _ring_consumer_problem(audit, k_tiles, blocks, finished):
                             f"phase {got}"
                             + (" (the phase before the first, which counts as complete at "
                                "once)" if got == -1 else "")
-                            + f": in round r = kt // STAGES the wait on full[s] passes parity "
+                            + ": in round r = kt // STAGES the wait on full[s] passes parity "
                             "r & 1")
             if finished and len(steps) != k_tiles:
                 return (f"consumer thread {tid} read {len(steps)} stages, where K holds "
@@ -2560,7 +2494,6 @@ def _ring_consumer_problem(audit, k_tiles, blocks, finished):
 def _ring_tile_problem(audit, k_tiles, blocks, learner):
     """Which k-tile each consumer found in the stage it read at each step (the copies name
     it): k-tile kt at step kt, or a message."""
-    S = _RING_STAGES
     for b in range(blocks):
         for tid in range(32, _RING_THREADS):
             step, fresh, last = -1, True, None

@@ -66,7 +66,8 @@ from ..ptx_simt import launch_bounds
 from ..ptx_tma import tensor_map_2d, tma_addressable, tma_load_2d
 from . import FP16_BF16, Kernel
 from . import k06_wgmma
-from .tc_common import TileConfig, allow_smem, check_bf16, engine_config, grouped_block
+from .tc_common import (TileConfig, allow_smem, check_bf16, check_hopper, engine_config,
+                        grouped_block)
 
 BK = 64              # one 128-byte swizzle row of fp16: the k-depth of a tile (a TMA box width)
 BUGS = (None, "parity", "no_release")
@@ -253,17 +254,10 @@ def kernel_for(config=None, bf16=False):
     return make_kernel(engine_config(GPU_CONFIG, SIM_CONFIG, config), bf16)
 
 
-def _check_device():
-    eng = engines.engine()
-    if eng.kind == "cuda" and not KERNELS[0].runs_on(eng.capability):
-        raise ValueError(f"TMA and wgmma exist on compute capability 9.x (Hopper) only; "
-                         f"{eng.device_name} has " + ".".join(map(str, eng.capability)))
-
-
 def run(a, b, c, out, alpha=1.0, beta=0.0, config=None, bug=None):
     """``out = alpha * a @ b + beta * c``; ``c`` may be None when ``beta == 0``. Operands
     TMA cannot address run ``k06_wgmma`` (:func:`will_use_tma`)."""
-    _check_device()
+    check_hopper(KERNELS[0], "TMA and wgmma exist")
     check_bf16(a.dtype)
     if not will_use_tma(a, b)[0]:
         k06_wgmma.run(a, b, c, out, alpha, beta)

@@ -33,14 +33,14 @@ import torch
 from numba import cuda, float32, int16
 from numba.types import float16
 
-from .. import engines
 from .. import ptx
 from ..ptx import cp_async16_zfill, cp_async_commit_group, cp_async_wait_group
 from ..ptx_hopper import (SWIZZLE_SMEM_ALIGN, fence_proxy_async, swizzle128,
                           wgmma_commit_group, wgmma_fence, wgmma_mma, wgmma_store_d,
                           wgmma_wait_group)
 from . import FP16_BF16, Kernel
-from .tc_common import TileConfig, engine_config, grouped_block, launch, ptx_hook
+from .tc_common import (TileConfig, check_hopper, engine_config, grouped_block, launch,
+                        ptx_hook)
 
 BK = 64              # one 128-byte swizzle row of fp16: the k-depth of a tile
 
@@ -192,16 +192,9 @@ def kernel_for(config=None, bf16=False):
     return make_kernel(engine_config(GPU_CONFIG, SIM_CONFIG, config), bf16)
 
 
-def _check_device():
-    eng = engines.engine()
-    if eng.kind == "cuda" and not KERNELS[0].runs_on(eng.capability):
-        raise ValueError(f"wgmma exists on compute capability 9.x (Hopper) only; "
-                         f"{eng.device_name} has " + ".".join(map(str, eng.capability)))
-
-
 def run(a, b, c, out, alpha=1.0, beta=0.0, config=None):
     """``out = alpha * a @ b + beta * c`` with wgmma; ``c`` may be None when ``beta == 0``."""
-    _check_device()
+    check_hopper(KERNELS[0], "wgmma exists")
     cfg = engine_config(GPU_CONFIG, SIM_CONFIG, config)
     kernel = make_kernel(cfg, a.dtype == torch.bfloat16)
     launch(kernel, a, b, c, out, alpha, beta, cfg.BM, cfg.BN)

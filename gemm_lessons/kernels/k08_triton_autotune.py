@@ -46,7 +46,7 @@ import torch
 import triton
 
 from .. import engines
-from ..common import cdiv, sm_count
+from ..common import cdiv, sm_count, smem_optin
 from . import Kernel
 from .k07_triton_swizzle import DTYPES, matmul_kernel, operands, TileConfig, check_offsets
 
@@ -108,8 +108,7 @@ def smem_limit(cc=HOPPER):
     H100/H200's for a capability it does not list)."""
     eng = engines.engine()
     if eng.kind == "cuda" and tuple(eng.capability) == tuple(cc):
-        return torch.cuda.get_device_properties(torch.cuda.current_device()) \
-            .shared_memory_per_block_optin
+        return smem_optin(torch.cuda.current_device())
     return SMEM_LIMITS.get(tuple(cc), SMEM_LIMIT)
 
 

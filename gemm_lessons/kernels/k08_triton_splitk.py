@@ -34,7 +34,7 @@ from .k08_triton_autotune import (HOPPER, SMEM_LIMIT, cpu_timer, device_capabili
                                   smem_limit, stage_buffers)
 
 __all__ = ["splitk_kernel", "make_config", "CONFIGS", "FP32_CONFIGS", "INTERPRETER_CONFIG",
-           "MIN_K_TILES_PER_SPLIT", "m_bucket", "smem_bytes", "programs", "waves",
+           "MIN_K_TILES_PER_SPLIT", "SMEM_LIMIT", "m_bucket", "smem_bytes", "programs", "waves",
            "prune_for_gpu", "prune", "autotune", "splitk_autotuned", "workspace_elems",
            "config_needs", "needs", "buffers", "matmul", "asm_job", "label", "chosen_config", "cpu_timer",
            "graph_timer"]

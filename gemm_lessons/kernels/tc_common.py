@@ -18,17 +18,16 @@ the launcher and the checks around it. One copy each; every ``k06_*`` module imp
 from __future__ import annotations
 
 from dataclasses import dataclass, fields, replace
-from functools import lru_cache
 
 import numpy as np
 import torch
 from numba import cuda
 
 from .. import engines
-from ..common import cdiv
+from ..common import cdiv, smem_optin
 
 __all__ = ["TileConfig", "PipelineConfig", "engine_config", "grouped_block", "rows16", "allow_smem", "launchers",
-           "check_bf16", "launch", "ptx_hook"]
+           "check_bf16", "check_hopper", "launch", "ptx_hook"]
 
 
 class TileConfig:
@@ -131,19 +130,13 @@ def _arg_key(a):
     return type(a)                                     # a scalar
 
 
-@lru_cache(maxsize=None)
-def _smem_optin(index):
-    """The most shared memory one block may ask for on GPU ``index`` (227 KiB on Hopper)."""
-    return torch.cuda.get_device_properties(index).shared_memory_per_block_optin
-
-
 def allow_smem(kernel, args, nbytes):
     """Large pipelines need more than the 48 KiB of shared memory a kernel gets by default:
     raise the kernel's limit (cuFuncSetAttribute MAX_DYNAMIC_SHARED_SIZE_BYTES), once per
     compiled version (the check costs no typing of the arguments after the first call)."""
     if nbytes <= 48 * 1024 or not engines.on_gpu():
         return
-    limit = _smem_optin(torch.cuda.current_device())
+    limit = smem_optin(torch.cuda.current_device())
     if nbytes > limit:
         raise ValueError(f"this tile configuration needs {nbytes} bytes of shared memory per "
                          f"block; {engines.engine().device_name} allows {limit}: fewer STAGES "
@@ -165,6 +158,15 @@ def check_bf16(dtype):
     if dtype == torch.bfloat16 and eng.kind == "cuda" and eng.capability < (8, 0):
         raise ValueError(f"bf16 tensor cores need compute capability 8.0; {eng.device_name} "
                          "has " + ".".join(map(str, eng.capability)) + ": use float16")
+
+
+def check_hopper(entry, what):
+    """A ValueError when this engine's GPU is not one ``entry`` (a registered Kernel) runs
+    on: ``what`` (its instructions) exists on compute capability 9.x only."""
+    eng = engines.engine()
+    if eng.kind == "cuda" and not entry.runs_on(eng.capability):
+        raise ValueError(f"{what} on compute capability 9.x (Hopper) only; "
+                         f"{eng.device_name} has " + ".".join(map(str, eng.capability)))
 
 
 def launch(kernel, a, b, c, out, alpha, beta, BM, BN):
