@@ -232,10 +232,10 @@ def will_use_tma(a, b):
 _MAPS: "OrderedDict" = OrderedDict()
 
 
-def _tensor_map(t, box_rows):
+def tensor_map(t, box_rows):
     """The tensor map's device array for ``t``, cached by address, shape, strides and dtype:
     a map is a description of memory, not of its contents (building one costs a copy to the
-    GPU)."""
+    GPU). Public: ``k06_persistent`` launches with the same maps."""
     key = (t.device, t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, box_rows)
     arr = _MAPS.get(key)
     if arr is None:
@@ -253,7 +253,8 @@ def kernel_for(config=None, bf16=False):
     return make_kernel(engine_config(GPU_CONFIG, SIM_CONFIG, config), bf16)
 
 
-def _check_device():
+def check_device():
+    """A ValueError on a GPU without TMA and wgmma (anything but compute capability 9.x)."""
     eng = engines.engine()
     if eng.kind == "cuda" and not KERNELS[0].runs_on(eng.capability):
         raise ValueError(f"TMA and wgmma exist on compute capability 9.x (Hopper) only; "
@@ -263,7 +264,7 @@ def _check_device():
 def run(a, b, c, out, alpha=1.0, beta=0.0, config=None, bug=None):
     """``out = alpha * a @ b + beta * c``; ``c`` may be None when ``beta == 0``. Operands
     TMA cannot address run ``k06_wgmma`` (:func:`will_use_tma`)."""
-    _check_device()
+    check_device()
     check_bf16(a.dtype)
     if not will_use_tma(a, b)[0]:
         k06_wgmma.run(a, b, c, out, alpha, beta)
@@ -274,7 +275,7 @@ def run(a, b, c, out, alpha=1.0, beta=0.0, config=None, bug=None):
     N = b.shape[1]
     Cin = c if (c is not None and beta != 0) else out       # beta == 0: never read
     # the maps and the tensors stay referenced here until the launch is queued
-    tA, tB = _tensor_map(a, cfg.BM), _tensor_map(b, BK)
+    tA, tB = tensor_map(a, cfg.BM), tensor_map(b, BK)
     args = (engines.as_numba(tA), engines.as_numba(tB), engines.as_numba(Cin),
             engines.as_numba(out), M, N, K, np.float32(alpha), np.float32(beta))
     grid = cdiv(M, cfg.BM) * cdiv(N, cfg.BN)
