@@ -22,13 +22,20 @@ This kernel keeps every block alive for the whole product:
   with the next tile's K-tile, so when the consumers finish the epilogue, the next tile's
   first stages are already there. For that the consumers release every stage, the tile's
   last one too (after ``wgmma_wait_group(0)``);
-* the **epilogue stores straight from the registers**: the ring cannot be the epilogue's
-  scratch any more (the producer is refilling it), so each consumer thread writes its
-  accumulators where the wgmma fragment layout puts them
-  (:func:`gemm_lessons.ptx_hopper.acc_row_col`): element ``i`` of thread ``t`` is row
-  ``16 (t // 32) + (t % 32) // 4 + 8 ((i // 2) % 2)``, column ``8 (i // 4) + 2 (t % 4) + i % 2``
-  of the consumer's 64 rows. No shared memory, no barrier: each consumer stores its rows and
-  goes on to its next tile.
+* the epilogue gets **its own scratch**: the ring cannot be the epilogue's scratch any
+  more (the producer is refilling it), and the ring and the accumulators of both consumers
+  (BM x BN floats) do not fit in shared memory together. One scratch of 64 rows after the
+  ring goes from consumer to consumer in turns, guarded by one mbarrier per consumer,
+  ``turn[w]`` (128 arrivals: the threads of the consumer before it). Consumer ``w``
+  (warpgroup ``w + 1``) waits on ``turn[w]``, stores its accumulators there
+  (``wgmma_store_d``), writes its 64 rows out, and its 128 threads arrive on
+  ``turn[w + 1]`` (the last consumer on ``turn[0]``). In its n-th tile, consumer 0 waits
+  for phase n - 1 (in the first tile, the phase before the first: parity 1 passes at once)
+  and the others for phase n. While one consumer writes its rows out, the other may
+  already multiply the next tile's first stages. (Writing the accumulators to global
+  memory straight from the registers would need no scratch, but a loop over ``acc[i]``
+  that numba does not unroll keeps the accumulators in local memory; ``wgmma_store_d``
+  stores each one at a constant offset.)
 
 Everything else is ``k06_producer_consumer``'s (its configuration, register split, tensor
 maps and fallback are imported from it): one TMA producer thread, two wgmma consumer
@@ -90,10 +97,11 @@ SIM_CONFIG = PersistentConfig(BM=128, BN=64, STAGES=3)     # the same ring, narr
 
 @lru_cache(maxsize=None)
 def make_kernel(cfg, bf16=False, bug=None):
-    """The persistent producer/consumer kernel for one :class:`ProducerConsumerConfig` (fp16,
-    or bf16 with ``bf16=True``); ``bug`` as in ``k06_producer_consumer.make_kernel``:
-    ``'parity'`` (the producer's first wait on ``empty`` has parity 0), ``'no_release'``
-    (the consumers never arrive on ``empty``)."""
+    """The persistent kernel for one :class:`PersistentConfig` (fp16, or bf16
+    with ``bf16=True``). ``bug`` builds a deliberately broken ring from the same source, to
+    see what the simulator says: ``'parity'`` (the producer's first wait on ``empty`` has
+    parity 0: it waits for a phase nobody completes), ``'no_release'`` (the consumers never
+    arrive on ``empty``)."""
     if bug not in BUGS:
         raise ValueError(f"bug must be one of {BUGS}, got {bug!r}")
     BM, BN, STAGES, GROUP_M = cfg.BM, cfg.BN, cfg.STAGES, cfg.GROUP_M
@@ -174,12 +182,12 @@ def make_kernel(cfg, bf16=False, bug=None):
                     base = s * STAGE
                     wgmma_fence()
                     wgmma_mma(acc, smem, base + a_rows, smem, base + A_STAGE, BN, B_LBO)
-                    wgmma_mma(acc, smem, base + a_rows + 16, smem, base + A_STAGE + 16 * 64,
-                              BN, B_LBO)
-                    wgmma_mma(acc, smem, base + a_rows + 32, smem, base + A_STAGE + 32 * 64,
-                              BN, B_LBO)
-                    wgmma_mma(acc, smem, base + a_rows + 48, smem, base + A_STAGE + 48 * 64,
-                              BN, B_LBO)
+                    wgmma_mma(acc, smem, base + a_rows + 16, smem, base + A_STAGE + 16 * 64, BN,
+                              B_LBO)
+                    wgmma_mma(acc, smem, base + a_rows + 32, smem, base + A_STAGE + 32 * 64, BN,
+                              B_LBO)
+                    wgmma_mma(acc, smem, base + a_rows + 48, smem, base + A_STAGE + 48 * 64, BN,
+                              B_LBO)
                     wgmma_commit_group()
                     wgmma_wait_group(1, acc, NACC)  # k-tile it - 1's wgmma are done ...
                     if RELEASE and kt > 0:
@@ -191,7 +199,8 @@ def make_kernel(cfg, bf16=False, bug=None):
 
                 # -- epilogue: the ring is being refilled, so the consumers take turns with
                 #    one scratch of 64 rows: wait for it, store, write the rows out, pass it on
-                mbarrier_wait(turn, wg - 1, (done & 1) ^ (1 if wg == 1 else 0))
+                first = 1 if wg == 1 else 0         # warpgroup 1 goes first: in tile 0, parity 1
+                mbarrier_wait(turn, wg - 1, (done & 1) ^ first)
                 rows = (wg - 1) * 64
                 wgmma_store_d(sC, SC, LDC, acc, BN)
                 named_barrier_sync(1 + wg, 128)     # this warpgroup's 64 rows are in sC
