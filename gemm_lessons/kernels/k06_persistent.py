@@ -22,20 +22,16 @@ This kernel keeps every block alive for the whole product:
   with the next tile's K-tile, so when the consumers finish the epilogue, the next tile's
   first stages are already there. For that the consumers release every stage, the tile's
   last one too (after ``wgmma_wait_group(0)``);
-* the epilogue gets **its own scratch**: the ring cannot be the epilogue's scratch any
-  more (the producer is refilling it), and the ring and the accumulators of both consumers
-  (BM x BN floats) do not fit in shared memory together. One scratch of 64 rows after the
-  ring goes from consumer to consumer in turns, guarded by one mbarrier per consumer,
-  ``turn[w]`` (128 arrivals: the threads of the consumer before it). Consumer ``w``
-  (warpgroup ``w + 1``) waits on ``turn[w]``, stores its accumulators there
-  (``wgmma_store_d``), writes its 64 rows out, and its 128 threads arrive on
-  ``turn[w + 1]`` (the last consumer on ``turn[0]``). In its n-th tile, consumer 0 waits
-  for phase n - 1 (in the first tile, the phase before the first: parity 1 passes at once)
-  and the others for phase n. While one consumer writes its rows out, the other may
-  already multiply the next tile's first stages. (Writing the accumulators to global
-  memory straight from the registers would need no scratch, but a loop over ``acc[i]``
-  that numba does not unroll keeps the accumulators in local memory; ``wgmma_store_d``
-  stores each one at a constant offset.)
+* the epilogue gets **its own scratch**, after the ring: the ring cannot be the scratch any
+  more (the producer is refilling it), and the ring and both consumers' accumulators
+  (BM x BN floats) do not fit in shared memory together. So each consumer stores half of
+  its 64 x BN accumulators at a time (``wgmma_store_d`` of BN / 2 columns: the first
+  NACC / 2 accumulators of a thread hold the left half of the tile, the others the right
+  half), writes those rows out, then does the same with the other half. Its scratch is its
+  own, so only its own 128 threads meet (a named barrier), and the other consumer goes on
+  at its own pace. (Writing the accumulators to global memory straight from the registers
+  would need no scratch, but a loop over ``acc[i]`` that numba does not unroll keeps the
+  accumulators in local memory; ``wgmma_store_d`` stores each at a constant offset.)
 
 Everything else is ``k06_producer_consumer``'s (its configuration, register split, tensor
 maps and fallback are imported from it): one TMA producer thread, two wgmma consumer
@@ -75,14 +71,15 @@ SMEM_LIMIT = 227 * 1024      # shared memory one block may have on Hopper
 
 def smem_bytes(cfg):
     """Shared memory of one block: the ring (STAGES x (BM + BN) x 64 fp16) and the
-    epilogue's scratch (64 rows of BN + 4 floats, taken by one consumer at a time)."""
-    return cfg.STAGES * (cfg.BM + cfg.BN) * BK * 2 + 64 * (cfg.BN + 4) * 4
+    epilogue's scratch (BM rows of BN / 2 + 4 floats: 64 rows for each consumer)."""
+    return cfg.STAGES * (cfg.BM + cfg.BN) * BK * 2 + cfg.BM * (cfg.BN // 2 + 4) * 4
 
 
 @dataclass(frozen=True)
 class PersistentConfig(ProducerConsumerConfig):
     """:class:`ProducerConsumerConfig` whose ring and epilogue scratch fit in one SM's
-    shared memory (:func:`smem_bytes`): with BM 128 and BN 256, three stages."""
+    shared memory (:func:`smem_bytes`): with BM 128, three stages of BN 256, or four of
+    BN 192."""
 
     def rules(self):
         return super().rules() + [
@@ -119,8 +116,9 @@ def make_kernel(cfg, bf16=False, bug=None):
     EMPTY_ARRIVALS = 128 * CONSUMERS                # every consumer thread
     EMPTY_PARITY0 = 0 if bug == "parity" else 1     # the producer's parity in round 0
     RELEASE = bug != "no_release"
-    LDC = BN + 4                                    # epilogue scratch row (floats)
-    OUT_ITERS = 64 * BN // 128                      # output elements per consumer thread
+    HALF = BN // 2                                  # columns of the tile per epilogue pass
+    LDC = HALF + 4                                  # epilogue scratch row (floats)
+    OUT_ITERS = 64 * HALF // 128                    # output elements per thread and pass
     SC = STAGES * STAGE_BYTES // 4                  # the scratch starts after the ring
     SMEM_BYTES = smem_bytes(cfg)
     REGS, PRODUCER_REGS, CONSUMER_REGS = registers(cfg)
@@ -133,7 +131,6 @@ def make_kernel(cfg, bf16=False, bug=None):
         sC = cuda.shared.array(0, float32, alignment=SWIZZLE_SMEM_ALIGN)  # epilogue at SC
         full = cuda.shared.array(STAGES, int64)     # stage s holds its tile
         empty = cuda.shared.array(STAGES, int64)    # stage s has been read by every consumer
-        turn = cuda.shared.array(CONSUMERS, int64)  # consumer w's turn with the scratch
         tid = cuda.threadIdx.x
         wg = tid // 128
         tiles = ((M + BM - 1) // BM) * ((N + BN - 1) // BN)
@@ -143,8 +140,6 @@ def make_kernel(cfg, bf16=False, bug=None):
             for s in range(STAGES):
                 mbarrier_init(full, s, 1)
                 mbarrier_init(empty, s, EMPTY_ARRIVALS)
-            for w in range(CONSUMERS):
-                mbarrier_init(turn, w, 128)         # the previous consumer's threads arrive
             fence_mbarrier_init()
         cuda.syncthreads()                          # the last block-wide barrier
 
@@ -171,7 +166,6 @@ def make_kernel(cfg, bf16=False, bug=None):
             acc = cuda.local.array(NACC, float32)
             a_rows = (wg - 1) * 64 * BK             # this warpgroup's rows of A in a stage
             it = 0                                  # k-tiles consumed so far, over all tiles
-            done = 0                                # tiles this block has stored
             for tile in range(cuda.blockIdx.x, tiles, cuda.gridDim.x):
                 bm, bn = grouped_block(tile, M, N, BM, BN, GROUP_M)
                 for i in range(NACC):
@@ -197,24 +191,26 @@ def make_kernel(cfg, bf16=False, bug=None):
                 if RELEASE and k_tiles > 0:
                     mbarrier_arrive(empty, (it - 1) % STAGES)   # the tile's last stage too
 
-                # -- epilogue: the ring is being refilled, so the consumers take turns with
-                #    one scratch of 64 rows: wait for it, store, write the rows out, pass it on
-                first = 1 if wg == 1 else 0         # warpgroup 1 goes first: in tile 0, parity 1
-                mbarrier_wait(turn, wg - 1, (done & 1) ^ first)
+                # -- epilogue: the ring is being refilled, so each consumer has its own
+                #    scratch after it, 64 rows of BN / 2: the tile goes out in two halves
                 rows = (wg - 1) * 64
-                wgmma_store_d(sC, SC, LDC, acc, BN)
-                named_barrier_sync(1 + wg, 128)     # this warpgroup's 64 rows are in sC
+                mine = SC + rows * LDC              # this consumer's scratch in sC
                 t = tid % 128
-                for e in range(OUT_ITERS):
-                    r, c = (e * 128 + t) // BN, (e * 128 + t) % BN
-                    gr, gc = bm + rows + r, bn + c
-                    if gr < M and gc < N:
-                        v = alpha * sC[SC + r * LDC + c]
-                        if beta != 0:
-                            v += beta * to_f32(C[gr, gc])
-                        Out[gr, gc] = to_out(v)
-                mbarrier_arrive(turn, wg % CONSUMERS)   # read: the next consumer's turn
-                done += 1
+                for half in range(2):
+                    named_barrier_sync(1 + wg, 128)     # every thread has read the scratch
+                    if half == 0:                       # columns 0 .. BN / 2 - 1 ...
+                        wgmma_store_d(sC, mine, LDC, acc, HALF)
+                    else:                               # ... then the rest: acc[NACC // 2:]
+                        wgmma_store_d(sC, mine, LDC, acc[NACC // 2:], HALF)
+                    named_barrier_sync(1 + wg, 128)     # this half of its 64 rows is in sC
+                    for e in range(OUT_ITERS):
+                        r, c = (e * 128 + t) // HALF, (e * 128 + t) % HALF
+                        gr, gc = bm + rows + r, bn + half * HALF + c
+                        if gr < M and gc < N:
+                            v = alpha * sC[mine + r * LDC + c]
+                            if beta != 0:
+                                v += beta * to_f32(C[gr, gc])
+                            Out[gr, gc] = to_out(v)
 
     persistent.threads = NT
     persistent.launch_bounds = (NT, 1)
