@@ -15,15 +15,21 @@ call (in a ``@cuda.jit`` kernel) what it does                      PTX instructi
 ``v = ld_shared_v4(sA, r, c)``  the same from a shared array      ``ld.shared.v4.f32``
 ``st_shared_v4(sB, r, c, v)``   ``sB[r, c:c+4] = v``              ``st.shared.v4.f32``
 ``st_global_v4(C, r, c, v)``    ``C[r, c:c+4] = v``               ``st.global.v4.f32``
+``st_global_v8(C, r, c, v)``    ``C[r, c:c+8] = v``, eight 16-bit ``st.global.v4.b32``
+                                values (fp16, or bf16's bits)
 =============================== ================================ ==========================
 
-``v`` is a tuple of four float32 (unpack it: ``a0, a1, a2, a3 = ld_shared_v4(...)``).
+``v`` is a tuple of four float32 (unpack it: ``a0, a1, a2, a3 = ld_shared_v4(...)``), or for
+``st_global_v8`` of eight values of the array's 16-bit type (``float16``, or ``int16``
+holding bf16's bits, as ``ptx.f32_to_f16`` and ``ptx.f32_to_bf16`` return them): the
+16 bytes a Hopper epilogue writes per thread and store (lesson 06).
 
 Rules the caller keeps (the hardware faults otherwise, "misaligned address"):
 
-* ``arr`` is a 2-D float32 array whose rows are contiguous (unit column stride);
-* ``arr[r, c]`` is 16-byte aligned: ``c`` is a multiple of 4, the row stride is a multiple
-  of 4 elements and the array starts on a 16-byte boundary. Shared arrays get that from
+* ``arr`` is a 2-D float32 array (16-bit for ``st_global_v8``) whose rows are contiguous
+  (unit column stride);
+* ``arr[r, c]`` is 16-byte aligned: ``c`` is a multiple of 4 (8), the row stride is a
+  multiple of 4 (8) elements and the array starts on a 16-byte boundary. Shared arrays get that from
   ``cuda.shared.array(shape, float32, alignment=SMEM_ALIGN)``; global operands from the
   launcher (lesson 04's launcher copies an operand that is not aligned);
 * ``ld_global_v4`` reads through the read-only (non-coherent) cache: only for arrays the
@@ -45,7 +51,8 @@ from __future__ import annotations
 
 from . import _ptx_plumbing as pl
 
-__all__ = ["ld_global_v4", "ld_shared_v4", "st_shared_v4", "st_global_v4", "FLOAT4_SMEM_ALIGN",
+__all__ = ["ld_global_v4", "ld_shared_v4", "st_shared_v4", "st_global_v4", "st_global_v8",
+           "FLOAT4_SMEM_ALIGN",
            "SMEM_ALIGN", "SIMULATED", "launch_bounds"]
 
 SIMULATED = pl.SIMULATED
@@ -69,16 +76,20 @@ if SIMULATED:
     # ------------------------------------------------------------------ simulator: Python
     from ._ptx_plumbing import record_wide_access
 
-    def _check_aligned(fn, arr, r, c):
+    def _check_aligned(fn, arr, r, c, itemsize=4):
         """Raise as the GPU would ('misaligned address') unless arr[r, c] starts 16 bytes
         aligned in a row with unit column stride."""
         ary = pl.as_numpy(arr, fn, "the array")
+        if ary.ndim != 2 or ary.dtype.itemsize != itemsize:
+            raise TypeError(f"{fn} takes a 2-D array of {itemsize}-byte elements, got "
+                            f"{ary.ndim}-D {ary.dtype}")
+        lanes = 16 // itemsize
         addr = pl.address(ary) + r * ary.strides[0] + c * ary.strides[1]
-        if ary.strides[1] != 4 or addr % 16 or c % 4:
+        if ary.strides[1] != itemsize or addr % 16 or c % lanes:
             raise IndexError(
                 f"{fn}: misaligned address: element [{r}, {c}] of a {ary.shape} array with "
-                f"strides {ary.strides} is not the start of a 16-byte-aligned float4 (the "
-                "column must be a multiple of 4, the row stride a multiple of 16 bytes, the "
+                f"strides {ary.strides} is not the start of 16 aligned bytes (the column "
+                f"must be a multiple of {lanes}, the row stride a multiple of 16 bytes, the "
                 "array 16-byte aligned)")
 
     def ld_global_v4(arr, r, c):
@@ -108,6 +119,14 @@ if SIMULATED:
         arr[r, c + 1] = v[1]
         arr[r, c + 2] = v[2]
         arr[r, c + 3] = v[3]
+
+    def st_global_v8(arr, r, c, v):
+        """arr[r, c:c+8] = v, eight 16-bit values: one 128-bit global store."""
+        _check_aligned("st_global_v8", arr, r, c, itemsize=2)
+        if len(v) != 8:
+            raise TypeError(f"st_global_v8 stores a tuple of 8 values, got {len(v)}")
+        for k in range(8):
+            arr[r, c + k] = v[k]
 
 else:
     # ------------------------------------------------------------------ GPU: LLVM vector ops
@@ -192,3 +211,40 @@ else:
 
     st_shared_v4 = _store("st_shared_v4", _SHARED)
     st_global_v4 = _store("st_global_v4", _GLOBAL)
+
+    _V8 = ir.VectorType(ir.IntType(32), 4)          # 8 x 16 bits, as four 32-bit words
+
+    @intrinsic
+    def st_global_v8(typingctx, arr, r, c, v):
+        """arr[r, c:c+8] = v (eight 16-bit values) in one ``st.global.v4.b32``."""
+        if not (isinstance(arr, types.Array) and arr.ndim == 2
+                and arr.dtype in (types.float16, types.int16)):
+            raise TypingError(f"st_global_v8 takes a 2-D float16 or int16 array, got {arr}")
+        if not (isinstance(r, types.Integer) and isinstance(c, types.Integer)):
+            raise TypingError(f"st_global_v8 takes integer indices, got {r} and {c}")
+        if not (isinstance(v, types.BaseTuple) and len(v) == 8
+                and all(t == arr.dtype for t in v)):
+            raise TypingError(f"st_global_v8 stores a tuple of 8 {arr.dtype} (the array's "
+                              f"type), got {v}")
+
+        def codegen(context, builder, sig, args):
+            aryty, rty, cty = sig.args[:3]
+            ary = context.make_array(aryty)(context, builder, value=args[0])
+            inds = [context.cast(builder, args[1], rty, types.intp),
+                    context.cast(builder, args[2], cty, types.intp)]
+            ptr = cgutils.get_item_pointer(context, builder, aryty, ary, inds,
+                                           wraparound=False)
+            ptr = builder.addrspacecast(builder.bitcast(ptr, _V8.as_pointer()),
+                                        _V8.as_pointer(_GLOBAL))
+            # pairs of 16-bit values packed into four 32-bit words (a vector of eight i16
+            # would become two 8-byte stores): v[2k] in the low half, as in memory
+            i16, i32 = ir.IntType(16), ir.IntType(32)
+            vec = ir.Constant(_V8, ir.Undefined)
+            for k in range(4):
+                lo, hi = (builder.zext(builder.bitcast(builder.extract_value(args[3], 2 * k + j),
+                                                       i16), i32) for j in range(2))
+                word = builder.or_(lo, builder.shl(hi, i32(16)))
+                vec = builder.insert_element(vec, word, i32(k))
+            builder.store(vec, ptr, align=16)
+            return context.get_dummy_value()
+        return types.void(arr, r, c, v), codegen

@@ -140,7 +140,9 @@ def wrong_dtype(C):
 def layout_not_constant(C, lay):
     s = cuda.shared.array((16, 16), float16, alignment=AL)
     f = cuda.local.array(FA, float16)
-    ptx.wmma_load_a(f, s, (0, 0), 16, "row" if lay else "col")
+    # a layout chosen at run time (numba 0.68.0 typed `"row" if lay else "col"` as the
+    # literal "row" and compiled it; indexing a tuple gives a run-time string everywhere)
+    ptx.wmma_load_a(f, s, (0, 0), 16, ("row", "col")[lay])
 def wait_not_constant(C, n):
     ptx.cp_async_wait_group(n)
 for fn, sig in ((wrong_dtype, "void(float32[::1])"),
@@ -158,6 +160,7 @@ def test_misuse_is_refused_at_compile_time_with_a_clear_message(py):
     res = py(MISUSE, env_extra={"GEMM_LESSONS_ENGINE": "compile"})
     assert res.returncode == 0, res.stderr[-2000:]
     lines = dict(l.split(" | ", 1) if " | " in l else (l, "") for l in res.stdout.splitlines())
+    assert {"wrong_dtype", "layout_not_constant", "wait_not_constant"} <= set(lines), res.stdout
     assert "float16 (fp16) or int16" in lines["wrong_dtype"]
     assert "compile-time constant" in lines["layout_not_constant"] or \
         "'row' or 'col'" in lines["layout_not_constant"]

@@ -39,7 +39,8 @@ def rows_of(res, kernel):
               ("compile_vs_mm", "torch.compile", "cuBLAS mm alone")]
     return [{"kernel": name, "lesson": 9, "dtype": "float16", "M": res.M, "N": res.N,
              "K": res.K, "ms": f"{res.ms[a]:.6f}", "baseline_ms": f"{res.ms[b]:.6f}",
-             "device": gl.engine().device_name, "versions": _versions()}
+             "device": gl.engine().device_name,
+             "versions": "; ".join(f"{k} {v}" for k, v in _versions().items())}
             for name, a, b in pairs]
 
 
@@ -57,7 +58,7 @@ def write(path, new):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kernel", default="k09_fused_splitk",
-                   choices=["k09_fused_splitk", "k09_fused_epilogue"])
+                   choices=["k09_fused_splitk", "k09_fused_tma", "k09_fused_epilogue"])
     p.add_argument("--shape", nargs="*", type=shape_arg, default=list(SHAPES_LLM))
     p.add_argument("--csv", help="write the rows (replacing those of the shapes measured)")
     p.add_argument("--eager", action="store_true",

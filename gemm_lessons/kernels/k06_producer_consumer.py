@@ -233,10 +233,10 @@ def will_use_tma(a, b):
 _MAPS: "OrderedDict" = OrderedDict()
 
 
-def _tensor_map(t, box_rows):
+def tensor_map(t, box_rows):
     """The tensor map's device array for ``t``, cached by address, shape, strides and dtype:
     a map is a description of memory, not of its contents (building one costs a copy to the
-    GPU)."""
+    GPU). Public: ``k06_persistent`` launches with the same maps."""
     key = (t.device, t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, box_rows)
     arr = _MAPS.get(key)
     if arr is None:
@@ -268,7 +268,7 @@ def run(a, b, c, out, alpha=1.0, beta=0.0, config=None, bug=None):
     N = b.shape[1]
     Cin = c if (c is not None and beta != 0) else out       # beta == 0: never read
     # the maps and the tensors stay referenced here until the launch is queued
-    tA, tB = _tensor_map(a, cfg.BM), _tensor_map(b, BK)
+    tA, tB = tensor_map(a, cfg.BM), tensor_map(b, BK)
     args = (engines.as_numba(tA), engines.as_numba(tB), engines.as_numba(Cin),
             engines.as_numba(out), M, N, K, np.float32(alpha), np.float32(beta))
     grid = cdiv(M, cfg.BM) * cdiv(N, cfg.BN)
