@@ -64,7 +64,7 @@ from .k06_producer_consumer import (BK, BUGS, ProducerConsumerConfig, registers,
 from .tc_common import allow_smem, check_bf16, check_hopper, engine_config, grouped_block
 
 __all__ = ["PersistentConfig", "GPU_CONFIG", "SIM_CONFIG", "SMEM_LIMIT", "smem_bytes",
-           "make_kernel", "kernel_for", "grid_size", "run", "persistent", "KERNELS"]
+           "make_kernel", "kernel_for", "grid_size", "run", "launch", "persistent", "KERNELS"]
 
 # shared memory one block may have on Hopper (227 KiB), less the 1 KiB of static shared
 # memory ptxas gives this kernel (its barriers)
@@ -243,13 +243,19 @@ def run(a, b, c, out, alpha=1.0, beta=0.0, config=None, bug=None, blocks=None):
     """``out = alpha * a @ b + beta * c``; ``c`` may be None when ``beta == 0``. ``blocks``:
     the size of the persistent grid (default: one block per SM; at most one per tile).
     Operands TMA cannot address run ``k06_wgmma`` (``will_use_tma``)."""
-    check_hopper(KERNELS[0], "TMA and wgmma exist")
+    launch(KERNELS[0], make_kernel, a, b, c, out, alpha, beta, config, bug, blocks)
+
+
+def launch(entry, make, a, b, c, out, alpha, beta, config, bug, blocks, *extra):
+    """:func:`run` for the kernel ``make(cfg, bf16, bug)`` builds (this one, or step 7's,
+    which passes its own arguments after beta as ``extra``)."""
+    check_hopper(entry, "TMA and wgmma exist")
     check_bf16(a.dtype)
     if not will_use_tma(a, b)[0]:
         k06_wgmma.run(a, b, c, out, alpha, beta)
         return
     cfg = engine_config(GPU_CONFIG, SIM_CONFIG, config)
-    kernel = make_kernel(cfg, a.dtype == torch.bfloat16, bug)
+    kernel = make(cfg, a.dtype == torch.bfloat16, bug)
     M, K = a.shape
     N = b.shape[1]
     grid = grid_size(M, N, cfg, blocks)
@@ -257,7 +263,7 @@ def run(a, b, c, out, alpha=1.0, beta=0.0, config=None, bug=None, blocks=None):
     # the maps and the tensors stay referenced here until the launch is queued
     tA, tB = tensor_map(a, cfg.BM), tensor_map(b, BK)
     args = (engines.as_numba(tA), engines.as_numba(tB), engines.as_numba(Cin),
-            engines.as_numba(out), M, N, K, np.float32(alpha), np.float32(beta))
+            engines.as_numba(out), M, N, K, np.float32(alpha), np.float32(beta)) + extra
     allow_smem(kernel, args, kernel.smem_bytes)
     kernel[grid, kernel.threads, engines.numba_stream(), kernel.smem_bytes](*args)
 
@@ -286,5 +292,5 @@ KERNELS = [
            "the next tile while the wgmma consumers store the last one",
            launch=persistent, min_cc=(9, 0), cc_below=(10, 0), ptx=_ptx,
            source=make_kernel, gemm=blas_gemm, features=frozenset({"alpha_beta"}), step=6,
-           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG}, in_ladder=False),
+           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG}),
 ]

@@ -22,12 +22,9 @@ Everything else is ``k06_persistent``'s. ``gl.show_diff("k06_persistent",
 """
 from functools import lru_cache
 
-import numpy as np
-import torch
 from numba import cuda, float32, int16, int64
 from numba.types import float16
 
-from .. import engines
 from .. import ptx
 from ..ptx_hopper import (SWIZZLE_SMEM_ALIGN, setmaxnreg_dec, setmaxnreg_inc,
                           wgmma_commit_group, wgmma_fence, wgmma_mma, wgmma_store_d,
@@ -37,11 +34,10 @@ from ..ptx_mbarrier import (fence_mbarrier_init, mbarrier_arrive, mbarrier_arriv
 from ..ptx_simt import launch_bounds, st_global_v8
 from ..ptx_tma import tma_load_2d
 from . import FP16_BF16, Kernel
-from . import k06_wgmma
-from .k06_persistent import GPU_CONFIG, SIM_CONFIG, grid_size, smem_bytes
-from .k06_producer_consumer import (BK, BUGS, registers, tensor_map,
-                                    will_use_tma)
-from .tc_common import allow_smem, check_bf16, check_hopper, engine_config, grouped_block
+from . import k06_persistent
+from .k06_persistent import GPU_CONFIG, SIM_CONFIG, smem_bytes
+from .k06_producer_consumer import BK, BUGS, registers
+from .tc_common import engine_config, grouped_block
 
 __all__ = ["make_kernel", "kernel_for", "run", "wide_stores", "KERNELS"]
 
@@ -194,25 +190,11 @@ def kernel_for(config=None, bf16=False):
 def run(a, b, c, out, alpha=1.0, beta=0.0, config=None, bug=None, blocks=None):
     """``out = alpha * a @ b + beta * c``; ``c`` may be None when ``beta == 0``. ``blocks``:
     the size of the persistent grid (default: one block per SM; at most one per tile).
-    Operands TMA cannot address run ``k06_wgmma`` (``will_use_tma``)."""
-    check_hopper(KERNELS[0], "TMA and wgmma exist")
-    check_bf16(a.dtype)
-    if not will_use_tma(a, b)[0]:
-        k06_wgmma.run(a, b, c, out, alpha, beta)
-        return
-    cfg = engine_config(GPU_CONFIG, SIM_CONFIG, config)
-    kernel = make_kernel(cfg, a.dtype == torch.bfloat16, bug)
-    M, K = a.shape
-    N = b.shape[1]
-    grid = grid_size(M, N, cfg, blocks)
-    Cin = c if (c is not None and beta != 0) else out       # beta == 0: never read
-    # the maps and the tensors stay referenced here until the launch is queued
-    tA, tB = tensor_map(a, cfg.BM), tensor_map(b, BK)
+    Operands TMA cannot address run ``k06_wgmma``. The 16-byte stores run where ``out``'s
+    rows start 16-byte aligned."""
     wide = out.stride(1) == 1 and out.stride(0) % 8 == 0 and out.data_ptr() % 16 == 0
-    args = (engines.as_numba(tA), engines.as_numba(tB), engines.as_numba(Cin),
-            engines.as_numba(out), M, N, K, np.float32(alpha), np.float32(beta), int(wide))
-    allow_smem(kernel, args, kernel.smem_bytes)
-    kernel[grid, kernel.threads, engines.numba_stream(), kernel.smem_bytes](*args)
+    k06_persistent.launch(KERNELS[0], make_kernel, a, b, c, out, alpha, beta, config, bug,
+                          blocks, int(wide))
 
 
 def wide_stores(a, b, c):
@@ -237,5 +219,5 @@ KERNELS = [
            "The persistent kernel whose epilogue writes 8 outputs (16 bytes) per store",
            launch=wide_stores, min_cc=(9, 0), cc_below=(10, 0), ptx=_ptx,
            source=make_kernel, gemm=blas_gemm, features=frozenset({"alpha_beta"}), step=7,
-           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG}, in_ladder=False),
+           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG}),
 ]
