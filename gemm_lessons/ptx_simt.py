@@ -1,11 +1,12 @@
-"""128-bit (float4) loads and stores for numba's fp32 SIMT kernels (lesson 04).
+"""128-bit (float4) loads and stores for numba's fp32 SIMT kernels (lesson 04), and lesson 06's
+16-bit epilogue store.
 
 CUDA C++ writes ``float4 v = reinterpret_cast<const float4*>(p)[i]`` and gets one 128-bit
 instruction (``ld.global.v4.f32``, ``ld.shared.v4.f32``). numba has no float4 type, and its
 compiler does not merge four neighbouring ``float32`` loads into one: it cannot prove that
 the address is 16-byte aligned (check: ``python -m gemm_lessons ptx k04_2d_tiling`` shows
 only scalar ``ld.shared.f32``). So this module adds four functions that a kernel calls like
-any other, each compiled to exactly one vector instruction:
+any other, each compiled to exactly one vector instruction (and a fifth, for 16-bit outputs):
 
 =============================== ================================ ==========================
 call (in a ``@cuda.jit`` kernel) what it does                      PTX instruction
@@ -15,7 +16,7 @@ call (in a ``@cuda.jit`` kernel) what it does                      PTX instructi
 ``v = ld_shared_v4(sA, r, c)``  the same from a shared array      ``ld.shared.v4.f32``
 ``st_shared_v4(sB, r, c, v)``   ``sB[r, c:c+4] = v``              ``st.shared.v4.f32``
 ``st_global_v4(C, r, c, v)``    ``C[r, c:c+4] = v``               ``st.global.v4.f32``
-``st_global_v8(C, r, c, v)``    ``C[r, c:c+8] = v``, eight 16-bit ``st.global.v4.b32``
+``st_global_v8(C, r, c, v)``    ``C[r, c:c+8] = v``, eight 16-bit ``st.global.v4.u32``
                                 values (fp16, or bf16's bits)
 =============================== ================================ ==========================
 
@@ -37,8 +38,8 @@ Rules the caller keeps (the hardware faults otherwise, "misaligned address"):
 
 How: each function is a numba ``@intrinsic`` that computes the element's address as
 numba's own indexing does (no negative-index wrap-around, no bounds check), casts it to a
-pointer to ``<4 x float>`` in the right address space (1 = global, 3 = shared) and emits
-one LLVM vector load or store with ``align 16``. LLVM turns that into the PTX above. A plain
+pointer to ``<4 x float>`` (``<4 x i32>`` for ``st_global_v8``) in the right address space
+(1 = global, 3 = shared) and emits one LLVM vector load or store with ``align 16``. LLVM turns that into the PTX above. A plain
 LLVM instruction, unlike an inline-``asm`` block, leaves the compiler free to schedule and
 combine it (``ld.shared.v4.f32 [%r+512]`` uses the address offset for free).
 
@@ -216,7 +217,7 @@ else:
 
     @intrinsic
     def st_global_v8(typingctx, arr, r, c, v):
-        """arr[r, c:c+8] = v (eight 16-bit values) in one ``st.global.v4.b32``."""
+        """arr[r, c:c+8] = v (eight 16-bit values) in one ``st.global.v4.u32``."""
         if not (isinstance(arr, types.Array) and arr.ndim == 2
                 and arr.dtype in (types.float16, types.int16)):
             raise TypingError(f"st_global_v8 takes a 2-D float16 or int16 array, got {arr}")

@@ -2,9 +2,9 @@
 
 The tests prove the step's points: the kernel is right on the shape suite and on ragged
 shapes on a grid smaller than the tile count; the 16-byte stores are what runs where the
-output allows them (counted on the simulator) and the one-element loop where it does not
-(the right edge, an output whose rows are not 16-byte aligned, beta != 0), with the same
-result; alpha/beta follow BLAS; the PTX has one ``st.global.v4.u32`` and no local memory,
+output allows them (counted on the simulator: every chunk inside the output once, chunks past
+N none) and the one-element loop where it does not (an output whose rows or start are not
+16-byte aligned, beta != 0), with the same result; alpha/beta follow BLAS; the PTX has one ``st.global.v4.u32`` and no local memory,
 and ptxas neither spills nor needs more registers than ``k06_persistent``; the store itself
 refuses a misaligned address as the GPU does.
 """
@@ -26,7 +26,7 @@ needs_hopper = pytest.mark.skipif(not HOPPER, reason="TMA and wgmma need compute
 sim_only = pytest.mark.skipif(not SIM, reason="the stores are counted on the simulator")
 
 # ragged against every tile, N a multiple of 8 (TMA) but not of the tile, on fewer blocks
-# than tiles: wide chunks, and chunks at the right edge that take the one-element loop
+# than tiles: tiles whose right part lies past N
 CASE, BLOCKS = ((harness.Case("6 tiles on 4 blocks", 130, 136, 200), 4) if SIM else
                 (harness.Case("12 tiles on 5 blocks", 300, 1000, 392), 5))
 
@@ -69,28 +69,31 @@ def test_ragged_on_fewer_blocks_than_tiles_in_fp16_and_bf16():
 
 
 @sim_only
-def test_wide_stores_run_where_the_output_allows_and_the_edge_takes_one_element(count_wide):
+def test_wide_stores_run_where_the_output_allows_and_chunks_past_n_write_nothing(count_wide):
     M, N, K = CASE.M, CASE.N, CASE.K
     out, ref, a, b = _product(M, N, K)
     assert harness.compare(out, ref, a, b, torch.float16)[0]
-    # every full 8-column chunk inside the output, and no other, went out in one store
-    half = kw.kernel_for().config.BN // 2
-    chunk_starts = [c for t in range(cdiv(N, 2 * half)) for c in range(t * 2 * half, (t + 1) * 2 * half, 8)]
-    wide = {(r, c) for r in range(M) for c in chunk_starts if c + 8 <= N}
-    assert sorted(count_wide) == sorted(wide)
+    # every 8-column chunk inside the output went out in one store, once; none past N
+    assert N % 8 == 0 and N % kw.kernel_for().config.BN
+    assert sorted(count_wide) == [(r, c) for r in range(M) for c in range(0, N, 8)]
 
 
 @sim_only
-@pytest.mark.parametrize("why", ["rows not 16-byte aligned", "beta != 0"])
+@pytest.mark.parametrize("why", ["rows not 16-byte aligned", "start not 16-byte aligned",
+                                 "beta != 0"])
 def test_outputs_the_wide_store_cannot_take_are_written_one_element_at_a_time(count_wide, why):
     M, N, K = 70, 72, 64
     if why == "beta != 0":
         c = torch.randn(M, N, dtype=torch.float16)
         out, ref, a, b = _product(M, N, K, c=c, alpha=0.5, beta=2.0, blocks=1)
-    else:   # a view whose rows are 76 elements apart: 152 bytes, not a multiple of 16
+    elif why == "rows not 16-byte aligned":   # rows 76 elements apart: 152 bytes
         wide_rows = torch.full((M, N + 4), float("nan"), dtype=torch.float16)
         out, ref, a, b = _product(M, N, K, out=wide_rows[:, :N], blocks=1)
         assert torch.isnan(wide_rows[:, N:]).all()          # nothing beyond the view
+    else:                                      # contiguous, but starting 2 bytes in
+        flat = torch.full((M * N + 1,), float("nan"), dtype=torch.float16)
+        out, ref, a, b = _product(M, N, K, out=flat[1:].view(M, N), blocks=1)
+        assert out.data_ptr() % 16 and torch.isnan(flat[0])
     assert harness.compare(out, ref, a, b, torch.float16)[0]
     assert count_wide == []
 

@@ -2,12 +2,12 @@
 
 How a kernel's time splits: ``t(K) = fixed + K * per_k``. The fixed part is what every tile
 pays once (filling the pipeline, the epilogue, the block's start); the slope is the K loop's
-rate. Two kernels that differ only in the fixed part (lesson 06: ``k06_producer_consumer``
-and ``k06_persistent``) differ at small K and not at large K; two that differ in the K loop
-differ by the same ratio everywhere.
+time per unit of K. Two kernels that differ only in the fixed part (lesson 06:
+``k06_persistent`` and ``k06_wide_stores``) differ by the same time at every K, a share that
+shrinks as K grows; two that differ in the K loop differ by the same ratio everywhere.
 
-    python tools/sweep_k.py --kernel k06_producer_consumer k06_persistent \\
-        --mn 4096 --k 2048 4096 8192 16384 --csv gemm_lessons/results/h200_sweep_k.csv
+    python tools/sweep_k.py --kernel k06_producer_consumer k06_persistent k06_wide_stores \\
+        --mn 4096 --k 2048 4096 8192 16384 --graph --csv gemm_lessons/results/h200_sweep_k.csv
 
 Rows (``gemm_lessons.results`` format): ms is the kernel's, baseline_ms cuBLAS's
 (``torch.mm``) in the same run, each shape's contenders' batches interleaved, every kernel

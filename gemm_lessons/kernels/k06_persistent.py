@@ -33,8 +33,9 @@ This kernel keeps every block alive for the whole product:
   would need no scratch, but a loop over ``acc[i]`` that numba does not unroll keeps the
   accumulators in local memory; ``wgmma_store_d`` stores each at a constant offset.)
 
-Everything else is ``k06_producer_consumer``'s (its configuration, register split, tensor
-maps and fallback are imported from it): one TMA producer thread, two wgmma consumer
+Everything else is ``k06_producer_consumer``'s (its configuration, with three stages instead
+of four to leave room for the scratch, register split, tensor maps and fallback are imported
+from it): one TMA producer thread, two wgmma consumer
 warpgroups, ``Out = alpha * A @ B + beta * C``, any shape, and ``k06_wgmma`` where TMA cannot
 address an operand. ``gl.show_diff("k06_producer_consumer", "k06_persistent")`` shows the
 lines this step adds.

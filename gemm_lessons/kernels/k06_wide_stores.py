@@ -5,17 +5,19 @@ and a sweep over K says why: at M = N = 4096 the time of both grows with K at ne
 cuBLAS's rate, but each call also pays a fixed cost that cuBLAS does not. A cost that does
 not grow with K is paid once per tile, after its K loop: the epilogue. There each thread
 writes 64 x BN / 128 = 128 outputs (BN = 256) one 2-byte store at a time, and ptxas turns
-every store into about 25 instructions of 64-bit index arithmetic, a shared-memory load and
+every store into dozens of instructions of 64-bit index arithmetic, a shared-memory load and
 the store (the SASS, lesson 06), while the tensor cores wait.
 
 This kernel changes only that loop. Each thread takes 8 neighbouring columns of a row at a
 time: it reads them from the scratch, scales them and converts them, then writes all 8 in
-one 16-byte store (``ptx_simt.st_global_v8``, PTX ``st.global.v4.u32``): 16 stores per
-thread and half-tile pass instead of 64, and the index arithmetic once per 8 outputs.
+one 16-byte store (``ptx_simt.st_global_v8``, PTX ``st.global.v4.u32``): 8 stores per
+thread and half-tile pass instead of 64 (16 per tile instead of 128), and the index
+arithmetic once per 8 outputs.
 A 16-byte store needs 16 aligned bytes: ``run`` passes ``wide`` when the output's rows
 start 16-byte aligned (on the TMA path N is a multiple of 8, so they do for a contiguous
-output). Columns past N at the right edge, an output that is not aligned, and ``beta != 0``
-(C is read element by element) take the one-element loop of ``k06_persistent``.
+output). Chunks past N write nothing (N is a multiple of 8 there, so no chunk straddles
+it). An output that is not aligned, and ``beta != 0`` (C is read element by element), take
+the one-element loop of ``k06_persistent``.
 
 Everything else is ``k06_persistent``'s. ``gl.show_diff("k06_persistent",
 "k06_wide_stores")`` shows the lines this step changes.
@@ -165,7 +167,7 @@ def make_kernel(cfg, bf16=False, bug=None):
                                 to_out(alpha * sC[i + 2]), to_out(alpha * sC[i + 3]),
                                 to_out(alpha * sC[i + 4]), to_out(alpha * sC[i + 5]),
                                 to_out(alpha * sC[i + 6]), to_out(alpha * sC[i + 7])))
-                        elif gr < M:                    # the right edge, or C to add
+                        elif gr < M:                    # not aligned, or C to add
                             for j in range(8):
                                 if gc + j < N:
                                     v = alpha * sC[i + j]
