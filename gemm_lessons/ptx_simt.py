@@ -1,12 +1,11 @@
-"""128-bit (float4) loads and stores for numba's fp32 SIMT kernels (lesson 04), and lesson 06's
-16-bit epilogue store.
+"""128-bit (float4) loads and stores for numba's fp32 SIMT kernels (lesson 04).
 
 CUDA C++ writes ``float4 v = reinterpret_cast<const float4*>(p)[i]`` and gets one 128-bit
 instruction (``ld.global.v4.f32``, ``ld.shared.v4.f32``). numba has no float4 type, and its
 compiler does not merge four neighbouring ``float32`` loads into one: it cannot prove that
 the address is 16-byte aligned (check: ``python -m gemm_lessons ptx k04_2d_tiling`` shows
 only scalar ``ld.shared.f32``). So this module adds four functions that a kernel calls like
-any other, each compiled to exactly one vector instruction (and a fifth, for 16-bit outputs):
+any other, each compiled to exactly one vector instruction:
 
 =============================== ================================ ==========================
 call (in a ``@cuda.jit`` kernel) what it does                      PTX instruction
@@ -16,21 +15,15 @@ call (in a ``@cuda.jit`` kernel) what it does                      PTX instructi
 ``v = ld_shared_v4(sA, r, c)``  the same from a shared array      ``ld.shared.v4.f32``
 ``st_shared_v4(sB, r, c, v)``   ``sB[r, c:c+4] = v``              ``st.shared.v4.f32``
 ``st_global_v4(C, r, c, v)``    ``C[r, c:c+4] = v``               ``st.global.v4.f32``
-``st_global_v8(C, r, c, v)``    ``C[r, c:c+8] = v``, eight 16-bit ``st.global.v4.u32``
-                                values (fp16, or bf16's bits)
 =============================== ================================ ==========================
 
-``v`` is a tuple of four float32 (unpack it: ``a0, a1, a2, a3 = ld_shared_v4(...)``), or for
-``st_global_v8`` of eight values of the array's 16-bit type (``float16``, or ``int16``
-holding bf16's bits, as ``ptx.f32_to_f16`` and ``ptx.f32_to_bf16`` return them): the
-16 bytes a Hopper epilogue writes per thread and store (lesson 06).
+``v`` is a tuple of four float32 (unpack it: ``a0, a1, a2, a3 = ld_shared_v4(...)``).
 
 Rules the caller keeps (the hardware faults otherwise, "misaligned address"):
 
-* ``arr`` is a 2-D float32 array (16-bit for ``st_global_v8``) whose rows are contiguous
-  (unit column stride);
-* ``arr[r, c]`` is 16-byte aligned: ``c`` is a multiple of 4 (8), the row stride is a
-  multiple of 4 (8) elements and the array starts on a 16-byte boundary. Shared arrays get that from
+* ``arr`` is a 2-D float32 array whose rows are contiguous (unit column stride);
+* ``arr[r, c]`` is 16-byte aligned: ``c`` is a multiple of 4, the row stride is a multiple
+  of 4 elements and the array starts on a 16-byte boundary. Shared arrays get that from
   ``cuda.shared.array(shape, float32, alignment=SMEM_ALIGN)``; global operands from the
   launcher (lesson 04's launcher copies an operand that is not aligned);
 * ``ld_global_v4`` reads through the read-only (non-coherent) cache: only for arrays the
@@ -38,8 +31,8 @@ Rules the caller keeps (the hardware faults otherwise, "misaligned address"):
 
 How: each function is a numba ``@intrinsic`` that computes the element's address as
 numba's own indexing does (no negative-index wrap-around, no bounds check), casts it to a
-pointer to ``<4 x float>`` (``<4 x i32>`` for ``st_global_v8``) in the right address space
-(1 = global, 3 = shared) and emits one LLVM vector load or store with ``align 16``. LLVM turns that into the PTX above. A plain
+pointer to ``<4 x float>`` in the right address space (1 = global, 3 = shared) and emits
+one LLVM vector load or store with ``align 16``. LLVM turns that into the PTX above. A plain
 LLVM instruction, unlike an inline-``asm`` block, leaves the compiler free to schedule and
 combine it (``ld.shared.v4.f32 [%r+512]`` uses the address offset for free).
 
@@ -47,6 +40,13 @@ In numba's CUDA simulator (no GPU) the same names are plain Python functions wit
 meaning, element by element (under ``counters.trace()`` a shared float4 access is recorded
 as one 16-byte access per lane, as the hardware sees it), and they check the alignment rules (a misaligned float4
 stops the simulation with the GPU's error name).
+
+A fifth function writes 16-bit outputs (lesson 06's epilogue): ``st_global_v8(C, r, c, v)``
+stores ``v``, a tuple of eight values of ``C``'s type (``float16``, or ``int16`` holding
+bf16's bits, as ``ptx.f32_to_f16`` and ``ptx.f32_to_bf16`` return them), to
+``C[r, c:c+8]`` in one ``st.global.v4.u32`` (the pairs packed into four 32-bit words,
+``<4 x i32>`` in LLVM). The rules are the same with 8 for 4: a 2-D 16-bit array with
+contiguous rows, ``c`` a multiple of 8, 16-byte aligned rows and start.
 """
 from __future__ import annotations
 
