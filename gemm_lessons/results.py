@@ -17,11 +17,16 @@ HERE = Path(__file__).resolve().parent / "results"
 FIELDS = ["kernel", "lesson", "dtype", "M", "N", "K", "ms", "baseline_ms", "device", "versions"]
 
 
+def versions_text(versions):
+    """A recording's ``versions`` column: ``{"torch": "2.11.0", ...}`` as "torch 2.11.0; ..."."""
+    return "; ".join(f"{k} {v}" for k, v in versions.items())
+
+
 def write_csv(path, results, lessons, *, device, versions):
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
-        ver = "; ".join(f"{k} {v}" for k, v in versions.items())
+        ver = versions_text(versions)
         for r, lesson in zip(results, lessons):
             w.writerow({"kernel": r.kernel, "lesson": lesson,
                         "dtype": dtype_name(r.dtype), "M": r.M, "N": r.N,

@@ -24,11 +24,11 @@ from pathlib import Path
 import torch
 
 import gemm_lessons as gl
+from gemm_lessons import results
 from gemm_lessons.__main__ import _versions
 from gemm_lessons.labs import k09 as lab
 from gemm_lessons.shapes import SHAPES_LLM, shape_arg, shape_name
 
-FIELDS = ["kernel", "lesson", "dtype", "M", "N", "K", "ms", "baseline_ms", "device", "versions"]
 SHORT = {"torch eager": "eager", "torch.compile": "compile", "cuBLAS mm alone": "mm"}
 
 
@@ -40,7 +40,7 @@ def rows_of(res, kernel):
     return [{"kernel": name, "lesson": 9, "dtype": "float16", "M": res.M, "N": res.N,
              "K": res.K, "ms": f"{res.ms[a]:.6f}", "baseline_ms": f"{res.ms[b]:.6f}",
              "device": gl.engine().device_name,
-             "versions": "; ".join(f"{k} {v}" for k, v in _versions().items())}
+             "versions": results.versions_text(_versions())}
             for name, a, b in pairs]
 
 
@@ -50,7 +50,7 @@ def write(path, new):
     old = list(csv.DictReader(open(path))) if path.exists() else []
     kept = [r for r in old if (r["kernel"], int(r["M"]), int(r["N"]), int(r["K"])) not in done]
     with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=FIELDS)
+        w = csv.DictWriter(f, fieldnames=results.FIELDS)
         w.writeheader()
         w.writerows(kept + new)
 

@@ -53,7 +53,7 @@ import torch  # noqa: E402
 from gemm_lessons import harness, registry  # noqa: E402
 from gemm_lessons.__main__ import _versions  # noqa: E402
 from gemm_lessons.common import dtype_name  # noqa: E402
-from gemm_lessons.results import FIELDS  # noqa: E402
+from gemm_lessons.results import FIELDS, versions_text  # noqa: E402
 from gemm_lessons.shapes import shape_arg  # noqa: E402
 
 PATHS = ("matmul", "launcher", "prepared", "graph")
@@ -175,7 +175,7 @@ def main(argv=None):
     names = args.kernel or [e.name for e in registry.entries() if gl.runs_here(e.name)]
     entries = [registry.get(n) for n in names]
     device, versions = gl.engine().device_name, _versions()
-    ver = "; ".join(f"{k} {v}" for k, v in versions.items())
+    ver = versions_text(versions)
     rows = []
     for shape in args.size:
         base = {}      # dtype -> torch.mm's (host, gpu, batched) and its graph's, this size
