@@ -132,8 +132,22 @@ def test_bad_input_gets_a_clear_error():
 
 def test_it_shares_lesson_08s_configs_key_and_pruner():
     assert fs.fused_splitk_autotuned.keys == sk.splitk_autotuned.keys
-    assert fs.fused_splitk_autotuned.configs == sk.splitk_autotuned.configs
+    assert fs.fused_splitk_autotuned.configs == sk.CONFIGS + fs.FUSED_CONFIGS + sk.FP32_CONFIGS
     assert fs.fused_splitk_autotuned.early_config_prune is sk.prune
+    labels = {sk.label(c) for c in sk.CONFIGS}
+    assert not [c for c in fs.FUSED_CONFIGS if sk.label(c) in labels], "a config listed twice"
+
+
+def test_the_pruner_keeps_fp32_and_fp16_configs_apart():
+    every = fs.fused_splitk_autotuned.configs
+    for M, N, K in ((512, 4096, 14336), (1024, 1024, 16384), (16, 4096, 4096)):
+        half = sk.prune_for_gpu(every, torch.float16, sk.m_bucket(M), N, K, sms=132)
+        single = sk.prune_for_gpu(every, torch.float32, sk.m_bucket(M), N, K, sms=132)
+        assert half and not [c for c in half if c in sk.FP32_CONFIGS]
+        assert single and all(c in sk.FP32_CONFIGS for c in single)
+    # the taller split configs reach the mid shapes they were added for
+    kept = sk.prune_for_gpu(every, torch.float16, 1024, 1024, 16384, sms=132)
+    assert [c for c in kept if c in fs.FUSED_CONFIGS]
 
 
 def test_the_epilogue_suite_writes_its_rows(tmp_path, tool):

@@ -184,9 +184,10 @@ def prune_for_gpu(configs, dtype, M, N, K, sms=None, cc=HOPPER):
     """The configs worth timing for ``dtype`` operands and an M x N x K product (M: the
     bucket, see the module docstring) on a GPU of capability ``cc``."""
     sms = sm_count() if sms is None else sms
-    wanted = FP32_CONFIGS if dtype == torch.float32 else CONFIGS
+    fp32 = dtype == torch.float32                 # fp32 runs FP32_CONFIGS, the others the rest
     limit = smem_limit(cc)
-    fit = [c for c in configs if c in wanted and smem_bytes(c, dtype, cc) <= limit]
+    fit = [c for c in configs
+           if (c in FP32_CONFIGS) == fp32 and smem_bytes(c, dtype, cc) <= limit]
     if not fit:
         raise ValueError(f"no {dtype} config of {len(configs)} fits in shared memory")
     # the shortest tiles there are, when none is as short as the output (fp32's 32 rows)

@@ -17,11 +17,44 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["ACTIVATION_CODES", "LEAKY_SLOPE", "apply_activation", "epilogue",
-           "epilogue_in_halves", "splitk_epilogue_kernel"]
+__all__ = ["ACTIVATION_CODES", "LEAKY_SLOPE", "apply_activation", "gelu", "gelu_libdevice",
+           "epilogue", "epilogue_in_halves", "splitk_epilogue_kernel"]
 
-ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "leaky_relu": 3}
+# "gelu_libdevice": gelu computed with libdevice's erff, which branches per element; the
+# same function as "gelu" (to fp32 rounding), kept so lesson 09 can time what the branch costs
+ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "leaky_relu": 3, "gelu_libdevice": 4}
 LEAKY_SLOPE = 0.01                      # torch.nn.functional.leaky_relu's default
+
+
+@triton.jit
+def gelu_libdevice(x):
+    """Exact gelu through libdevice's ``erff`` (what ``tl.math.erf`` compiles to):
+    x/2 * (1 + erf(x / sqrt 2)). Its ``erff`` picks one of two formulas per element with a
+    branch; lesson 09 counts its instructions and times it against :func:`gelu`."""
+    return 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+
+
+@triton.jit
+def gelu(x):
+    """Exact gelu, x * Phi(x), without a branch or a division. With a = |x|, Phi(-a) = 2 ** P(a)
+    for a < 6 (and 0 beyond, where Phi(-a) < 1e-9), P the degree-10 polynomial below, fitted
+    to log2 Phi(-a) by ``tools/fit_gelu.py`` (relative error of Phi(-a) under 3e-7). Then
+    Phi(x) = 1 - Phi(-a) for x >= 0 and Phi(-a) for x < 0 (no cancellation on the negative
+    side). Ten FMAs, one ex2 and a few selects per element, the same for every element."""
+    a = tl.abs(x)
+    p = -1.2274769509633537e-08                   # P(a), Horner: highest power first
+    p = p * a + 4.1340144317856696e-07
+    p = p * a - 5.922320904341758e-06
+    p = p * a + 4.5159801868019195e-05
+    p = p * a - 0.00016376428689088637
+    p = p * a - 0.00026198303932372036
+    p = p * a + 0.0073020112304305615
+    p = p * a - 0.05271353314901633
+    p = p * a - 0.459116362455275
+    p = p * a - 1.151119533125292
+    p = p * a - 0.9999996473264317
+    tail = tl.where(a < 6.0, tl.exp2(p), 0.0)          # Phi(-|x|)
+    return x * tl.where(x >= 0, 1.0 - tail, tail)
 
 
 @triton.jit
@@ -29,10 +62,12 @@ def apply_activation(x, ACTIVATION: tl.constexpr):
     """The activation on an fp32 tile, as torch computes it (NaN stays NaN)."""
     if ACTIVATION == 1:    # relu
         x = tl.where(x < 0, 0.0, x)
-    elif ACTIVATION == 2:  # gelu, exact (torch's default): x * Phi(x) = x/2 * (1 + erf(x/sqrt 2))
-        x = 0.5 * x * (1.0 + tl.math.erf(x * 0.7071067811865476))
+    elif ACTIVATION == 2:  # gelu, exact (torch's default): x * Phi(x), branch-free
+        x = gelu(x)
     elif ACTIVATION == 3:  # leaky_relu, slope 0.01
         x = tl.where(x < 0, x * 0.01, x)
+    elif ACTIVATION == 4:  # the same gelu through libdevice's erff (to time the difference)
+        x = gelu_libdevice(x)
     return x
 
 

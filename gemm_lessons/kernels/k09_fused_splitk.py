@@ -32,8 +32,8 @@ from . import k09_fused_epilogue as k09
 from .k07_triton_swizzle import DTYPES, check_offsets, grouped_pid, operands
 from .k09_epilogue import ACTIVATION_CODES, epilogue_in_halves
 
-__all__ = ["fused_splitk_kernel", "fused_splitk_autotuned", "fused_gemm", "gemm", "launch",
-           "asm_job", "chosen_config"]
+__all__ = ["FUSED_CONFIGS", "fused_splitk_kernel", "fused_splitk_autotuned", "fused_gemm",
+           "gemm", "launch", "asm_job", "chosen_config"]
 
 
 @triton.jit
@@ -119,8 +119,21 @@ def fused_splitk_kernel(
             tl.store(count_ptr + pid, 0)   # zero again for the next launch
 
 
-# lesson 08's configurations, pruner, shape-bucket key and graph-replay timer
-fused_splitk_autotuned = k08s.autotune(fused_splitk_kernel)
+# Split-K on taller tiles. The epilogue costs a program more than a plain store does, so on
+# the suite's mid shapes (128 x 4096 x 4096, 512 x 1024 x 8192, 1024 x 1024 x 16384,
+# 2048 x 1024 x 8192, 128 and 512 x 4096 x 14336) about one wave of these programs beats
+# lesson 08's configs, which make more, smaller ones (timed on an H200 against eager;
+# lesson 09 shows the suite).
+FUSED_CONFIGS = [
+    k08s.make_config(64, 64, 64, 4, 4, split_k=2),
+    k08s.make_config(64, 128, 128, 4, 3, split_k=2),
+    *[k08s.make_config(128, 128, 64, 8, stages, split_k=s) for stages in (3, 4)
+      for s in (2, 4)],
+]
+
+# lesson 08's configurations (and those above), pruner, shape-bucket key and graph-replay timer
+fused_splitk_autotuned = k08s.autotune(
+    fused_splitk_kernel, configs=k08s.CONFIGS + FUSED_CONFIGS + k08s.FP32_CONFIGS)
 
 
 def _overlaps(x, y):
@@ -225,6 +238,6 @@ KERNELS = [
            "epilogue after the last slice",
            launch=launch, gemm=gemm, source=fused_splitk_kernel, min_cc=(8, 0),
            features=frozenset({"alpha_beta", "bias", "activation"}), step=1, in_ladder=False,
-           configs={"gpu": k08s.CONFIGS + k08s.FP32_CONFIGS,
+           configs={"gpu": k08s.CONFIGS + FUSED_CONFIGS + k08s.FP32_CONFIGS,
                     "simulator": k08s.INTERPRETER_CONFIG}),
 ]

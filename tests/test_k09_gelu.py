@@ -1,0 +1,86 @@
+"""Lesson 09's branch-free gelu (``k09_epilogue.gelu``): as exact as fp32 allows against a
+float64 x * Phi(x) on a fine grid of x, its fp16 rounding the correctly rounded fp16 value
+almost everywhere, NaN and infinities as torch's gelu, the same values as the libdevice gelu
+it replaces; its polynomial the one ``tools/fit_gelu.py`` fits."""
+import gemm_lessons  # noqa: F401  (first: it switches on Triton's interpreter without a GPU)
+import inspect
+import math
+import re
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+from gemm_lessons import engines
+from gemm_lessons.kernels import k09_epilogue as ep
+
+DEV = engines.device()
+
+
+@triton.jit
+def _apply(x_ptr, y_ptr, n, ACTIVATION: tl.constexpr, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(y_ptr + offs, ep.apply_activation(x, ACTIVATION), mask=offs < n)
+
+
+def run(x, activation):
+    x = x.to(DEV)
+    y = torch.full_like(x, float("nan"))     # poisoned: an element the kernel skips stays NaN
+    _apply[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), ep.ACTIVATION_CODES[activation],
+                                           BLOCK=1024)
+    return y.cpu()
+
+
+def exact(x):
+    return np.array([v * 0.5 * math.erfc(-v / math.sqrt(2)) for v in x.double().tolist()])
+
+
+X = torch.linspace(-12, 12, 96001, dtype=torch.float32)
+
+
+def test_gelu_is_fp32_accurate():
+    y = run(X, "gelu").double().numpy()
+    ref = exact(X)
+    assert not np.isnan(y).any(), "NaN where x is finite: the kernel missed elements"
+    big = np.abs(ref) > 6e-5                  # fp16's normal range: relative error counts
+    rel = np.abs(y[big] - ref[big]) / np.abs(ref[big])
+    assert rel.max() < 5e-6, f"relative error {rel.max():.2e}: the polynomial or t is wrong"
+    assert np.abs(y - ref).max() < 1e-6
+    # rounded to fp16, all but a handful are the correctly rounded value
+    h = torch.from_numpy(y).half()
+    hr = torch.from_numpy(ref).half()
+    assert int((h != hr).sum()) <= 20, "fp16 results differ from the correctly rounded ones"
+
+
+def test_gelu_matches_libdevice_gelu():
+    a = run(X, "gelu").double()
+    b = run(X, "gelu_libdevice").double()
+    assert (a - b).abs().max() < 1e-6
+    # and libdevice's is itself exact gelu (the reference the replacement is held to)
+    assert np.abs(b.numpy() - exact(X)).max() < 1e-6
+
+
+def test_gelu_special_values_as_torch():
+    x = torch.tensor([float("nan"), float("inf"), -float("inf"), 0.0, -0.0, 1e-30, -40.0, 40.0])
+    y = run(x, "gelu")
+    want = torch.nn.functional.gelu(x.double()).float()
+    assert torch.equal(torch.isnan(y), torch.isnan(want))
+    ok = ~torch.isnan(want)
+    torch.testing.assert_close(y[ok], want[ok], rtol=1e-6, atol=0)   # inf, 0, -0, tiny, +-40
+
+
+def test_polynomial_is_the_fitted_one(tool):
+    fit = tool("fit_gelu")
+    c = fit.fit()
+    src = inspect.getsource(ep.gelu.fn)
+    shipped = []
+    for ln in src.splitlines():
+        if re.match(r"\s*p = ", ln):          # p = c10, then p = p * a +/- c
+            expr = ln.split("=", 1)[1].split("#")[0].strip()
+            shipped.append(float(expr.removeprefix("p * a").replace(" ", "")))
+    assert len(shipped) == fit.DEGREE + 1
+    assert np.allclose(shipped, c[::-1], rtol=1e-9, atol=1e-12), (shipped, c[::-1])
+    assert f"a < {fit.A_MAX}" in src
+    assert fit.max_rel_error(c) < 3e-7
