@@ -169,6 +169,13 @@ def test_the_epilogue_suite_writes_its_rows(tmp_path, tool):
                             "k09_fused_splitk_vs_eager", "k09_fused_splitk_vs_mm"]
     assert rows["k09_fused_splitk_vs_eager"].ratio == pytest.approx(1.2)
     assert rows["eager_vs_mm"].ms == pytest.approx(0.012)
+    # a second run, of another kernel, adds its rows and leaves the first run's baselines
+    other = lab.EpilogueBench(16, 64, 64, torch.float16, "gelu",
+                              dict(ms, **{"k09_fused_tma": 0.030, "torch eager": 0.020}))
+    tool.write(path, tool.rows_of(other, "k09_fused_tma", baselines=False))
+    rows = {r.kernel: r for _, r in results.read_csv(path)[0]}
+    assert len(rows) == 8 and rows["eager_vs_mm"].ms == pytest.approx(0.012)
+    assert rows["k09_fused_tma_vs_eager"].ratio == pytest.approx(0.020 / 0.030)
 
 
 @pytest.mark.skipif(engines.on_gpu(), reason="compiles for sm_90 with this machine's Triton")

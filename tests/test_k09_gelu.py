@@ -10,7 +10,6 @@ import re
 import numpy as np
 import torch
 import triton
-import triton.language as tl
 
 from gemm_lessons import engines
 from gemm_lessons.kernels import k09_epilogue as ep
@@ -18,18 +17,11 @@ from gemm_lessons.kernels import k09_epilogue as ep
 DEV = engines.device()
 
 
-@triton.jit
-def _apply(x_ptr, y_ptr, n, ACTIVATION: tl.constexpr, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    x = tl.load(x_ptr + offs, mask=offs < n)
-    tl.store(y_ptr + offs, ep.apply_activation(x, ACTIVATION), mask=offs < n)
-
-
 def run(x, activation):
     x = x.to(DEV)
     y = torch.full_like(x, float("nan"))     # poisoned: an element the kernel skips stays NaN
-    _apply[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), ep.ACTIVATION_CODES[activation],
-                                           BLOCK=1024)
+    grid = (triton.cdiv(x.numel(), 1024),)
+    ep.activation_kernel[grid](x, y, x.numel(), ep.ACTIVATION_CODES[activation], BLOCK=1024)
     return y.cpu()
 
 

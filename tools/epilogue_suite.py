@@ -11,7 +11,7 @@ host's cost per call is left out of all of them (``--eager`` includes it).
 
 Rows written (``gemm_lessons.results`` format, one set per shape): ``<kernel>_vs_eager``,
 ``<kernel>_vs_compile`` and ``<kernel>_vs_mm`` (ms: the fused kernel; baseline_ms: the
-other), ``eager_vs_mm`` and ``compile_vs_mm``.
+other), and, in the default kernel's run only, ``eager_vs_mm`` and ``compile_vs_mm``.
 """
 from __future__ import annotations
 
@@ -29,14 +29,18 @@ from gemm_lessons.__main__ import _versions
 from gemm_lessons.labs import k09 as lab
 from gemm_lessons.shapes import SHAPES_LLM, shape_arg, shape_name
 
+DEFAULT = "k09_fused_splitk"      # its run writes the baselines' rows (eager_vs_mm, compile_vs_mm)
 SHORT = {"torch eager": "eager", "torch.compile": "compile", "cuBLAS mm alone": "mm"}
 
 
-def rows_of(res, kernel):
-    """The CSV rows of one shape's measurement."""
+def rows_of(res, kernel, baselines=True):
+    """The CSV rows of one shape's measurement (``baselines``: with eager's and compile's own
+    rows against ``mm``; only the default kernel's run writes those, so that a second run,
+    of another kernel, does not replace them)."""
     pairs = [(f"{kernel}_vs_{SHORT[base]}", kernel, base) for base in SHORT]
-    pairs += [("eager_vs_mm", "torch eager", "cuBLAS mm alone"),
-              ("compile_vs_mm", "torch.compile", "cuBLAS mm alone")]
+    if baselines:
+        pairs += [("eager_vs_mm", "torch eager", "cuBLAS mm alone"),
+                  ("compile_vs_mm", "torch.compile", "cuBLAS mm alone")]
     return [{"kernel": name, "lesson": 9, "dtype": "float16", "M": res.M, "N": res.N,
              "K": res.K, "ms": f"{res.ms[a]:.6f}", "baseline_ms": f"{res.ms[b]:.6f}",
              "device": gl.engine().device_name,
@@ -57,7 +61,7 @@ def write(path, new):
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--kernel", default="k09_fused_splitk",
+    p.add_argument("--kernel", default=DEFAULT,
                    choices=["k09_fused_splitk", "k09_fused_tma", "k09_fused_epilogue"])
     p.add_argument("--shape", nargs="*", type=shape_arg, default=list(SHAPES_LLM))
     p.add_argument("--csv", help="write the rows (replacing those of the shapes measured)")
@@ -81,7 +85,7 @@ def main(argv=None):
               f"({ratios['eager'][-1]:.2f}x)  compile {ms['torch.compile'] * 1e3:8.1f} us "
               f"({ratios['compile'][-1]:.2f}x)  mm alone {ms['cuBLAS mm alone'] * 1e3:8.1f} us",
               flush=True)
-        new += rows_of(res, args.kernel)
+        new += rows_of(res, args.kernel, baselines=args.kernel == DEFAULT)
         if args.csv:                   # after every shape: a cut-short run keeps what it measured
             write(Path(args.csv), new)
     print()

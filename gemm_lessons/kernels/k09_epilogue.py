@@ -17,8 +17,8 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
-__all__ = ["ACTIVATION_CODES", "LEAKY_SLOPE", "apply_activation", "gelu", "gelu_libdevice",
-           "epilogue", "epilogue_in_halves", "splitk_epilogue_kernel"]
+__all__ = ["ACTIVATION_CODES", "LEAKY_SLOPE", "apply_activation", "activation_kernel", "gelu",
+           "gelu_libdevice", "epilogue", "epilogue_in_halves", "splitk_epilogue_kernel"]
 
 # "gelu_libdevice": gelu computed with libdevice's erff, which branches per element; the
 # same function as "gelu" (to fp32 rounding), kept so lesson 09 can time what the branch costs
@@ -72,6 +72,15 @@ def apply_activation(x, ACTIVATION: tl.constexpr):
 
 
 @triton.jit
+def activation_kernel(x_ptr, y_ptr, n, ACTIVATION: tl.constexpr, BLOCK: tl.constexpr):
+    """y = act(x) on a vector of n fp32 values: the activation alone, to test it and to count
+    its instructions (lesson 09 compiles it with one element per thread)."""
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    x = tl.load(x_ptr + offs, mask=offs < n)
+    tl.store(y_ptr + offs, apply_activation(x, ACTIVATION), mask=offs < n)
+
+
+@triton.jit
 def epilogue(acc, offs_m, offs_n, pid_b, M, N,
               c_ptr, stride_cb, stride_cm, stride_cn,
               bias_ptr, stride_bias,
@@ -104,7 +113,8 @@ def epilogue_in_halves(acc, offs_m, off_n, pid_b, M, N,
                        BLOCK_SIZE_N: tl.constexpr):
     """:func:`epilogue` on the tile's two (BLOCK_SIZE_M, BLOCK_SIZE_N / 2) halves, one after
     the other (columns ``off_n`` onwards): on a 128 x 256 tile the whole-tile gelu needs
-    more registers than a thread may have, and spills; the halves do not."""
+    more registers than a thread may have with libdevice's gelu, and spills, and every one of
+    them with the branch-free gelu; the halves leave room."""
     acc0, acc1 = tl.split(tl.permute(tl.reshape(acc, (acc.shape[0], 2, BLOCK_SIZE_N // 2)),
                                      (0, 2, 1)))
     offs_n = off_n + tl.arange(0, BLOCK_SIZE_N // 2)

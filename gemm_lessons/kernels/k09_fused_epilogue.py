@@ -165,8 +165,8 @@ class Config:
 SIMULATOR_CONFIG = Config(16, 16, 16, GROUP_SIZE_M=2, num_warps=1, num_stages=1)
 # On a GPU: fp16/bf16 tiles of 128 x 128 x 64, 8 warps, 3 stages, small enough in shared
 # memory and registers that two programs share an SM, so one's epilogue overlaps the
-# other's K loop; a 128 x 256 tile runs out of registers in the gelu epilogue and spills
-# (tools/sweep_k09.py times the alternatives). fp32 with IEEE products runs on the FMA
+# other's K loop; a 128 x 256 tile runs out of registers in libdevice's gelu epilogue and
+# spills (tools/sweep_k09.py times the alternatives). fp32 with IEEE products runs on the FMA
 # units: smaller tiles.
 GPU_CONFIGS = {
     "fp16": Config(128, 128, 64, GROUP_SIZE_M=8, num_warps=8, num_stages=3),

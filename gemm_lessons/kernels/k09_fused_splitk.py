@@ -11,9 +11,9 @@ finished fp32 tile. Under split-K that is the program drawing the last ticket, a
 added every slice's partial: beta * C and the bias are added once, and the activation sees
 the full sum (gelu(x) + gelu(y) is not gelu(x + y)). One launch for any shape. The
 epilogue runs on the tile's two halves in turn (``epilogue_in_halves``, as
-``k09_fused_tma``'s): with bias and gelu on a whole 128 x 256 or 64 x 256 tile ptxas runs
-out of registers and spills (``asm_job`` compiles a config; ``compiled.ptxas_report``
-reads the spills).
+``k09_fused_tma``'s): with bias and libdevice's gelu on a whole 128 x 256 or 64 x 256 tile
+ptxas runs out of registers and spills (``asm_job`` compiles a config;
+``compiled.ptxas_report`` reads the spills).
 
 BLAS rules: ``beta == 0`` never reads C; ``alpha == 0`` never reads A or B (that case runs
 ``k09_fused_epilogue``'s epilogue pass alone). Shapes and strides: as lesson 07 (masks, no
