@@ -113,8 +113,8 @@ def epilogue_in_halves(acc, offs_m, off_n, pid_b, M, N,
                        BLOCK_SIZE_N: tl.constexpr):
     """:func:`epilogue` on the tile's two (BLOCK_SIZE_M, BLOCK_SIZE_N / 2) halves, one after
     the other (columns ``off_n`` onwards): on a 128 x 256 tile the whole-tile gelu needs
-    more registers than a thread may have with libdevice's gelu, and spills, and every one of
-    them with the branch-free gelu; the halves leave room."""
+    more registers than a thread may have with libdevice's gelu, and spills; the halves leave
+    room."""
     acc0, acc1 = tl.split(tl.permute(tl.reshape(acc, (acc.shape[0], 2, BLOCK_SIZE_N // 2)),
                                      (0, 2, 1)))
     offs_n = off_n + tl.arange(0, BLOCK_SIZE_N // 2)

@@ -21,9 +21,9 @@ schedule differ, and they are lesson 08's (``k08_triton_tma``):
 The epilogue stores through pointers (masked), as k09_fused_epilogue does, so C, bias and
 the output may have any strides. ``EPILOGUE_SUBTILE`` (on in every configuration) runs
 the epilogue on the two halves of the tile one after the other: on the GPU's 128 x 256
-tile the whole-tile epilogue needs every register a thread may have (255 with the
-branch-free gelu; with libdevice's gelu it spills), the halves leave room (``asm_job``
-compiles it: ptxas's report shows registers and spills).
+tile the whole-tile epilogue with libdevice's gelu needs more registers than a thread may
+have and spills; the halves leave room (``asm_job`` compiles it: ptxas's report shows
+registers and spills).
 
 Batches: ``gl.gemm`` hands the kernel (B, M, K) and (B, K, N) views. An operand with a
 real batch (batch stride not 0) gets a 3-D descriptor, (B, rows, cols) with a block of
@@ -162,9 +162,9 @@ class TmaConfig(k09.Config):
 
 
 # On a GPU: 128 x 256 x 64 tiles, 8 warps, 3 stages (one program per SM). The gelu
-# epilogue on the whole 128 x 256 tile takes every register a thread has (and spills with
-# libdevice's gelu); on two 128 x 128 halves it does not, so the halves are the default
-# (tools/sweep_k09.py times the alternatives).
+# epilogue on the whole 128 x 256 tile spills with libdevice's gelu; on two 128 x 128
+# halves it does not, and the halves are the default (tools/sweep_k09.py times the
+# alternatives).
 GPU_CONFIG = TmaConfig(128, 256, 64, GROUP_SIZE_M=8, num_warps=8, num_stages=3,
                        epilogue_subtile=True)
 # the interpreter: small tiles (k08's persistent_programs: 3 programs), so programs loop
