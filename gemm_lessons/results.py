@@ -22,16 +22,35 @@ def versions_text(versions):
     return "; ".join(f"{k} {v}" for k, v in versions.items())
 
 
-def write_csv(path, results, lessons, *, device, versions):
+def row(kernel, lesson, dtype, M, N, K, ms, baseline_ms, *, device, versions):
+    """One recorded row: ``ms`` the measured time, ``baseline_ms`` the time it is compared
+    with in the same run; ``dtype`` a torch dtype or its name; ``versions`` a dict (see
+    :func:`versions_text`) or the column's text."""
+    return {"kernel": kernel, "lesson": lesson,
+            "dtype": dtype if isinstance(dtype, str) else dtype_name(dtype),
+            "M": M, "N": N, "K": K, "ms": f"{ms:.6f}", "baseline_ms": f"{baseline_ms:.6f}",
+            "device": device,
+            "versions": versions if isinstance(versions, str) else versions_text(versions)}
+
+
+def merge_csv(path, new, *, keep=True):
+    """Write the rows ``new`` (:func:`row`) to the CSV at ``path``. With ``keep``, the rows
+    already there stay, except those of a kernel and shape that ``new`` measures again."""
+    path = Path(path)
+    done = {(r["kernel"], int(r["M"]), int(r["N"]), int(r["K"])) for r in new}
+    old = list(csv.DictReader(open(path, newline=""))) if keep and path.exists() else []
+    kept = [r for r in old if (r["kernel"], int(r["M"]), int(r["N"]), int(r["K"])) not in done]
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=FIELDS)
         w.writeheader()
-        ver = versions_text(versions)
-        for r, lesson in zip(results, lessons):
-            w.writerow({"kernel": r.kernel, "lesson": lesson,
-                        "dtype": dtype_name(r.dtype), "M": r.M, "N": r.N,
-                        "K": r.K, "ms": f"{r.ms:.6f}", "baseline_ms": f"{r.baseline_ms:.6f}",
-                        "device": device, "versions": ver})
+        w.writerows(kept + list(new))
+    return len(kept)
+
+
+def write_csv(path, results, lessons, *, device, versions):
+    merge_csv(path, [row(r.kernel, lesson, r.dtype, r.M, r.N, r.K, r.ms, r.baseline_ms,
+                         device=device, versions=versions)
+                     for r, lesson in zip(results, lessons)], keep=False)
 
 
 def read_csv(path=None):

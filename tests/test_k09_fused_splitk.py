@@ -160,8 +160,8 @@ def test_the_epilogue_suite_writes_its_rows(tmp_path, tool):
           "cuBLAS mm alone": 0.009}
     res = lab.EpilogueBench(16, 64, 64, torch.float16, "gelu", ms)
     path = tmp_path / "suite.csv"
-    tool.write(path, tool.rows_of(res, "k09_fused_splitk"))
-    tool.write(path, tool.rows_of(res, "k09_fused_splitk"))   # rewritten, not appended
+    results.merge_csv(path, tool.rows_of(res, "k09_fused_splitk"))
+    results.merge_csv(path, tool.rows_of(res, "k09_fused_splitk"))   # rewritten, not appended
     listed = [r for _, r in results.read_csv(path)[0]]
     rows = {r.kernel: r for r in listed}
     assert len(listed) == 5
@@ -172,7 +172,7 @@ def test_the_epilogue_suite_writes_its_rows(tmp_path, tool):
     # a second run, of another kernel, adds its rows and leaves the first run's baselines
     other = lab.EpilogueBench(16, 64, 64, torch.float16, "gelu",
                               dict(ms, **{"k09_fused_tma": 0.030, "torch eager": 0.020}))
-    tool.write(path, tool.rows_of(other, "k09_fused_tma", baselines=False))
+    results.merge_csv(path, tool.rows_of(other, "k09_fused_tma", baselines=False))
     rows = {r.kernel: r for _, r in results.read_csv(path)[0]}
     assert len(rows) == 8 and rows["eager_vs_mm"].ms == pytest.approx(0.012)
     assert rows["k09_fused_tma_vs_eager"].ratio == pytest.approx(0.020 / 0.030)

@@ -84,16 +84,10 @@ def main(argv=None):
                   f"{ms['eager'] / t:.3f}x eager")
         for name, t in ms.items():
             if name != "mm":
-                rows.append({"kernel": name, "lesson": 9, "dtype": "float16", "M": M, "N": N,
-                             "K": K, "ms": f"{t:.6f}", "baseline_ms": f"{ms['mm']:.6f}",
-                             "device": gl.engine().device_name,
-                             "versions": results.versions_text(_versions())})
+                rows.append(results.row(name, 9, "float16", M, N, K, t, ms["mm"],
+                                        device=gl.engine().device_name, versions=_versions()))
     if args.csv:
-        import csv
-        with open(args.csv, "w", newline="") as f:
-            w = csv.DictWriter(f, fieldnames=results.FIELDS)
-            w.writeheader()
-            w.writerows(rows)
+        results.merge_csv(args.csv, rows, keep=False)
         print(f"wrote {args.csv}")
     return 0
 

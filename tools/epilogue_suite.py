@@ -16,10 +16,8 @@ other), and, in the default kernel's run only, ``eager_vs_mm`` and ``compile_vs_
 from __future__ import annotations
 
 import argparse
-import csv
 import math
 import sys
-from pathlib import Path
 
 import torch
 
@@ -41,22 +39,9 @@ def rows_of(res, kernel, baselines=True):
     if baselines:
         pairs += [("eager_vs_mm", "torch eager", "cuBLAS mm alone"),
                   ("compile_vs_mm", "torch.compile", "cuBLAS mm alone")]
-    return [{"kernel": name, "lesson": 9, "dtype": "float16", "M": res.M, "N": res.N,
-             "K": res.K, "ms": f"{res.ms[a]:.6f}", "baseline_ms": f"{res.ms[b]:.6f}",
-             "device": gl.engine().device_name,
-             "versions": results.versions_text(_versions())}
+    return [results.row(name, 9, "float16", res.M, res.N, res.K, res.ms[a], res.ms[b],
+                        device=gl.engine().device_name, versions=_versions())
             for name, a, b in pairs]
-
-
-def write(path, new):
-    """Write ``new`` into the CSV at ``path``, replacing rows of the same kernel and shape."""
-    done = {(r["kernel"], int(r["M"]), int(r["N"]), int(r["K"])) for r in new}
-    old = list(csv.DictReader(open(path))) if path.exists() else []
-    kept = [r for r in old if (r["kernel"], int(r["M"]), int(r["N"]), int(r["K"])) not in done]
-    with open(path, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=results.FIELDS)
-        w.writeheader()
-        w.writerows(kept + new)
 
 
 def main(argv=None):
@@ -87,7 +72,7 @@ def main(argv=None):
               flush=True)
         new += rows_of(res, args.kernel, baselines=args.kernel == DEFAULT)
         if args.csv:                   # after every shape: a cut-short run keeps what it measured
-            write(Path(args.csv), new)
+            results.merge_csv(args.csv, new)
     print()
     for key, rs in ratios.items():
         geo = math.exp(sum(map(math.log, rs)) / len(rs))

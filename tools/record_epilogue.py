@@ -10,7 +10,6 @@ Each row: a time (ms) and the time it is compared with (baseline_ms).
 """
 from __future__ import annotations
 
-import csv
 import platform
 import sys
 from importlib import metadata
@@ -19,6 +18,7 @@ from pathlib import Path
 import gemm_lessons as gl
 import torch
 
+from gemm_lessons import results
 from gemm_lessons.labs import k09 as lab
 
 CSV = Path(__file__).resolve().parents[1] / "gemm_lessons" / "results" / "h200_epilogue.csv"
@@ -62,19 +62,10 @@ def main(argv=None):
         new[(f"split_S{n_auto}_vs_cublas", SPLIT)] = (split[auto], split["cuBLAS"])
     versions = (f"python {platform.python_version()}; torch {torch.__version__}; "
                 f"triton {metadata.version('triton')}; tools/record_epilogue.py (interleaved)")
-    rows = list(csv.DictReader(open(CSV)))
-    fields = list(rows[0].keys())
-    kept = [r for r in rows if (r["kernel"], (int(r["M"]), int(r["N"]), int(r["K"])))
-            not in new]
-    for (name, (M, N, K)), (t, base) in new.items():
-        kept.append({"kernel": name, "lesson": 9, "dtype": "float16", "M": M, "N": N, "K": K,
-                     "ms": f"{t:.6f}", "baseline_ms": f"{base:.6f}",
-                     "device": gl.engine().device_name, "versions": versions})
-    with open(CSV, "w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=fields)
-        w.writeheader()
-        w.writerows(kept)
-    print(f"wrote {CSV.name}: {len(new)} rows measured, {len(kept) - len(new)} kept")
+    kept = results.merge_csv(CSV, [
+        results.row(name, 9, "float16", M, N, K, t, base, device=gl.engine().device_name,
+                    versions=versions) for (name, (M, N, K)), (t, base) in new.items()])
+    print(f"wrote {CSV.name}: {len(new)} rows measured, {kept} kept")
     return 0
 
 

@@ -1,0 +1,43 @@
+"""The recorded CSVs' one writer (``gemm_lessons.results``): a row's columns, the ladder's
+``write_csv`` read back by ``read_csv``, and ``merge_csv`` replacing only the rows of the
+kernels and shapes measured again."""
+import gemm_lessons  # noqa: F401  (first: it picks the engine)
+import torch
+
+from gemm_lessons import results
+from gemm_lessons.harness import BenchResult
+
+
+def test_a_row_has_every_column_in_order():
+    r = results.row("k", 7, torch.bfloat16, 1, 2, 3, 0.5, 0.25, device="GPU",
+                    versions={"torch": "2.13.0", "triton": "3.9.0"})
+    assert list(r) == results.FIELDS
+    assert r["dtype"] == "bfloat16" and r["ms"] == "0.500000" and r["baseline_ms"] == "0.250000"
+    assert r["versions"] == "torch 2.13.0; triton 3.9.0"
+    assert results.row("k", 7, "float16", 1, 2, 3, 1, 1, device="", versions="as is")["versions"] \
+        == "as is"
+
+
+def test_the_ladder_csv_reads_back(tmp_path):
+    path = tmp_path / "ladder.csv"
+    runs = [BenchResult("a", torch.float16, 64, 64, 64, ms=2.0, baseline_ms=1.0),
+            BenchResult("b", torch.float32, 32, 16, 8, ms=1.0, baseline_ms=3.0)]
+    results.write_csv(path, runs, [4, 8], device="GPU", versions={"torch": "x"})
+    results.write_csv(path, runs[:1], [4], device="GPU", versions={"torch": "x"})  # replaced
+    rows, device, versions = results.read_csv(path)
+    assert [(lesson, r.kernel, r.dtype, r.ratio) for lesson, r in rows] == \
+        [(4, "a", torch.float16, 0.5)]
+    assert (device, versions) == ("GPU", "torch x")
+
+
+def test_merge_replaces_only_what_was_measured_again(tmp_path):
+    path = tmp_path / "suite.csv"
+
+    def row(kernel, M, ms):
+        return results.row(kernel, 9, "float16", M, 8, 8, ms, 1.0, device="", versions="")
+    assert results.merge_csv(path, [row("x", 16, 1.0), row("x", 32, 2.0), row("y", 16, 3.0)]) == 0
+    assert results.merge_csv(path, [row("x", 16, 5.0)]) == 2          # two rows kept
+    got = {(r.kernel, r.M): r.ms for _, r in results.read_csv(path)[0]}
+    assert got == {("x", 16): 5.0, ("x", 32): 2.0, ("y", 16): 3.0}
+    results.merge_csv(path, [row("z", 64, 1.0)], keep=False)           # the file replaced
+    assert [r.kernel for _, r in results.read_csv(path)[0]] == ["z"]
