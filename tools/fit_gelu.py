@@ -2,7 +2,7 @@
 Phi is the standard normal's distribution function (gelu(x) = x * Phi(x)).
 
 Phi(-a) falls from 1/2 to 1e-9 over [0, 6], but its logarithm is smooth and gently curved
-(about -a * a / 2 for large a), so a polynomial of low degree follows it closely, and one
+(its leading term -a * a / (2 ln 2) for large a), so a polynomial of low degree follows it closely, and one
 ``ex2`` instruction turns it back: Phi(-a) = 2 ** P(a). Beyond A_MAX, Phi(-a) < 1e-9 and the
 kernel uses 0. The fit is least squares on Chebyshev-spaced a, re-weighted towards the worst
 points (close to minimax) on the absolute error of log2, i.e. the relative error of Phi.

@@ -20,8 +20,9 @@ import triton.language as tl
 __all__ = ["ACTIVATION_CODES", "LEAKY_SLOPE", "apply_activation", "activation_kernel", "gelu",
            "gelu_libdevice", "epilogue", "epilogue_in_halves", "splitk_epilogue_kernel"]
 
-# "gelu_libdevice": gelu computed with libdevice's erff, which branches per element; the
-# same function as "gelu" (to fp32 rounding), kept so lesson 09 can time what the branch costs
+# "gelu_libdevice": gelu computed with libdevice's erff (two polynomials, one chosen per
+# element); the same function as "gelu" to fp32 rounding, kept so lesson 09 can count and
+# time what its extra instructions cost
 ACTIVATION_CODES = {None: 0, "relu": 1, "gelu": 2, "leaky_relu": 3, "gelu_libdevice": 4}
 LEAKY_SLOPE = 0.01                      # torch.nn.functional.leaky_relu's default
 

@@ -2,7 +2,7 @@
 
 ``k09_fused_tma`` computes exactly what ``k09_fused_epilogue`` computes,
 ``out = activation(alpha * A @ B + beta * C + bias)``, batched, with the same epilogue
-function (``k09_fused_epilogue._epilogue``: ``beta == 0`` never loads C, bias (N,), relu /
+function (``k09_epilogue.epilogue``: ``beta == 0`` never loads C, bias (N,), relu /
 exact gelu / leaky_relu, one rounding, a masked store). Only the K loop and the tile
 schedule differ, and they are lesson 08's (``k08_triton_tma``):
 
