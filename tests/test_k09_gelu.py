@@ -76,3 +76,16 @@ def test_polynomial_is_the_fitted_one(tool):
     assert np.allclose(shipped, c[::-1], rtol=1e-9, atol=1e-12), (shipped, c[::-1])
     assert f"a < {fit.A_MAX}" in src
     assert fit.max_rel_error(c) < 3e-7
+
+
+def test_the_epilogue_cost_tool_names_real_activations(tool):
+    cost = tool("epilogue_cost")
+    if not engines.on_gpu():
+        assert cost.main(["--shape", "64"]) == 2               # times kernels: needs a GPU
+    for has_bias, act in cost.EPILOGUES.values():
+        assert act in ep.ACTIVATION_CODES and act in cost.ACT64
+    assert cost.EPILOGUES["bias+gelu"] == (True, "gelu")
+    assert cost.CONFIG.kwargs["SPLIT_K"] == 1                   # untuned, unsplit: one kernel
+    record = tool("record_epilogue")
+    if not engines.on_gpu():
+        assert record.main(["--head-only"]) == 2
