@@ -89,3 +89,14 @@ def test_the_epilogue_cost_tool_names_real_activations(tool):
     record = tool("record_epilogue")
     if not engines.on_gpu():
         assert record.main(["--head-only"]) == 2
+
+
+def test_the_epilogue_benchmarks_share_their_seeded_operands():
+    from gemm_lessons.labs import k09 as lab
+    a, b, bias = lab.epilogue_operands(64, 48, 256, torch.float16, seed=3)
+    a2, b2, bias2 = lab.epilogue_operands(64, 48, 256, torch.float16, seed=3)
+    assert torch.equal(a, a2) and torch.equal(b, b2) and torch.equal(bias, bias2)
+    assert a.shape == (64, 256) and b.shape == (256, 48) and bias.shape == (48,)
+    assert 0.3 < (a.double() @ b.double()).std().item() < 3      # gelu's curved range
+    _, bt, _ = lab.epilogue_operands(64, 48, 256, torch.float16, seed=3, b_layout="transposed")
+    assert bt.shape == (256, 48) and bt.stride() == (1, 256)     # W.t() of a (48, 256) weight

@@ -24,6 +24,7 @@ from gemm_lessons import harness, results
 from gemm_lessons.__main__ import _versions
 from gemm_lessons.kernels import k08_triton_splitk as k08s
 from gemm_lessons.kernels import k09_fused_splitk as fsk
+from gemm_lessons.labs import k09 as lab
 from gemm_lessons.shapes import shape_arg, shape_name
 
 SHAPES = [(8192, 16384, 4096), (8192, 4096, 4096), (2048, 14336, 4096), (2048, 4096, 4096)]
@@ -35,11 +36,8 @@ ACT64 = {None: lambda y: y, "relu": F.relu, "gelu": F.gelu, "gelu_libdevice": F.
 
 def measure(M, N, K, seed=0):
     """{contender: ms per call}, each checked against float64 first."""
-    gen = torch.Generator().manual_seed(seed)
-    dev = "cuda"
-    a = (torch.randn(M, K, generator=gen) / 8).half().to(dev)   # |a @ b| near 1: gelu's curve
-    b = (torch.randn(K, N, generator=gen) * (8 / K ** 0.5)).half().to(dev)
-    bias = torch.randn(N, generator=gen).half().to(dev)
+    a, b, bias = lab.epilogue_operands(M, N, K, torch.float16, seed=seed)   # as bench_epilogue
+    dev = a.device
     prod = a.double() @ b.double()
     runs, outs = {}, {}
     mm_out = torch.empty(M, N, dtype=torch.half, device=dev)

@@ -10,6 +10,7 @@ Each row: a time (ms) and the time it is compared with (baseline_ms).
 """
 from __future__ import annotations
 
+import argparse
 import platform
 import sys
 from importlib import metadata
@@ -27,7 +28,6 @@ SPLIT = (256, 256, 65536)
 
 
 def main(argv=None):
-    import argparse
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--head-only", action="store_true", help="leave the split-K rows as they are")
     args = p.parse_args(argv)

@@ -20,8 +20,8 @@ from ..kernels import k09_fused_epilogue as k09
 from ..kernels import k09_fused_splitk as fsk
 from ..kernels import k09_fused_tma as tma
 
-__all__ = ["fusion_bytes", "EpilogueBench", "bench_epilogue", "bench_split_k", "BASELINES",
-           "KERNEL_NAMES"]
+__all__ = ["fusion_bytes", "EpilogueBench", "epilogue_operands", "bench_epilogue",
+           "bench_split_k", "BASELINES", "KERNEL_NAMES"]
 
 
 def fusion_bytes(M, N, dtype=torch.float16, unfused_passes=1):
@@ -103,6 +103,21 @@ BASELINES = ("torch eager", "torch.compile", "cuBLAS mm alone")
 KERNEL_NAMES = ("k09_fused_epilogue", "k09_fused_tma")
 
 
+def epilogue_operands(M, N, K, dtype=torch.float16, *, seed=0, b_layout="row"):
+    """Seeded A (M, K), B (K, N) and bias (N,) on the engine's device, sized so that
+    |A @ B| is near 1, gelu's curved range: entries of size 1/8 and 8 / sqrt(K).
+    ``b_layout="transposed"``: B is ``W.t()`` of an (N, K) weight, as ``nn.Linear`` stores it."""
+    gen = torch.Generator().manual_seed(seed)
+    dev = engines.device()
+    a = (torch.randn(M, K, generator=gen) / 8).to(dtype).to(dev)
+    if b_layout == "transposed":
+        b = (torch.randn(N, K, generator=gen) * (8 / K ** 0.5)).to(dtype).to(dev).t()
+    else:
+        b = (torch.randn(K, N, generator=gen) * (8 / K ** 0.5)).to(dtype).to(dev)
+    bias = torch.randn(N, generator=gen).to(dtype).to(dev)
+    return a, b, bias
+
+
 def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gelu", *,
                    bias=True, baselines=BASELINES, config=None, b_layout="row", seed=0,
                    kernels=KERNEL_NAMES, tma_config=None, graph=False):
@@ -125,15 +140,9 @@ def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gel
     if not engines.on_gpu():
         res.note = harness.SIMULATOR_NOTE
         return res
-    gen = torch.Generator().manual_seed(seed)
-    dev = engines.device()
-    # |a @ b| near 1, gelu's curved range: entries of size 1/8 and 1/sqrt(K) * 8
-    a = (torch.randn(M, K, generator=gen) / 8).to(dtype).to(dev)
-    if b_layout == "transposed":
-        b = (torch.randn(N, K, generator=gen) * (8 / K ** 0.5)).to(dtype).to(dev).t()
-    else:
-        b = (torch.randn(K, N, generator=gen) * (8 / K ** 0.5)).to(dtype).to(dev)
-    bias_t = torch.randn(N, generator=gen).to(dtype).to(dev) if bias else None
+    a, b, bias_t = epilogue_operands(M, N, K, dtype, seed=seed, b_layout=b_layout)
+    bias_t = bias_t if bias else None
+    dev = a.device
     a3, b3 = a.unsqueeze(0), b.unsqueeze(0)
 
     eager = _torch_epilogue(activation)
