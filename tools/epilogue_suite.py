@@ -47,7 +47,8 @@ def rows_of(res, kernel, baselines=True):
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--kernel", default=DEFAULT,
-                   choices=["k09_fused_splitk", "k09_fused_tma", "k09_fused_epilogue"])
+                   choices=["k09_fused_splitk", "k09_fused_tma_splitk", "k09_fused_tma",
+                            "k09_fused_epilogue"])
     p.add_argument("--shape", nargs="*", type=shape_arg, default=list(SHAPES_LLM))
     p.add_argument("--csv", help="write the rows (replacing those of the shapes measured)")
     p.add_argument("--eager", action="store_true",

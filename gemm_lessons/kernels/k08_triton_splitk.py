@@ -216,7 +216,8 @@ def prune(configs, named_args, **kwargs):
     """``early_config_prune``: one config on the interpreter, else :func:`prune_for_gpu`."""
     if not engines.on_gpu():
         return [INTERPRETER_CONFIG]
-    return prune_for_gpu(configs, named_args["a_ptr"].dtype, named_args["M_BUCKET"],
+    a = named_args["a_ptr"] if "a_ptr" in named_args else named_args["a_desc"].base
+    return prune_for_gpu(configs, a.dtype, named_args["M_BUCKET"],
                          named_args["N"], named_args["K"], cc=device_capability())
 
 

@@ -32,8 +32,8 @@ from . import k09_fused_epilogue as k09
 from .k07_triton_swizzle import DTYPES, check_offsets, grouped_pid, operands
 from .k09_epilogue import ACTIVATION_CODES, epilogue_in_halves
 
-__all__ = ["FUSED_CONFIGS", "fused_splitk_kernel", "fused_splitk_autotuned", "fused_gemm",
-           "gemm", "launch", "asm_job", "chosen_config"]
+__all__ = ["FUSED_CONFIGS", "fused_splitk_kernel", "fused_splitk_autotuned",
+           "check_epilogue_args", "fused_gemm", "gemm", "launch", "asm_job", "chosen_config"]
 
 
 @triton.jit
@@ -143,6 +143,18 @@ def _overlaps(x, y):
     return sx.data_ptr() == sy.data_ptr()
 
 
+def check_epilogue_args(N, c, alpha, beta, bias, activation):
+    """A clear error for an activation, a bias or a missing C the epilogue cannot take."""
+    if activation not in ACTIVATION_CODES:
+        raise ValueError(f"activation must be one of {sorted(map(str, ACTIVATION_CODES))}, "
+                         f"got {activation!r}")
+    if bias is not None and tuple(bias.shape) != (N,):
+        raise ValueError(f"bias must have shape ({N},) (one value per column), "
+                         f"got {tuple(bias.shape)}")
+    if k09.blas_reads(alpha, beta)[1] and c is None:
+        raise ValueError("beta != 0 needs c")
+
+
 def fused_gemm(a, b, c, out, alpha=1.0, beta=0.0, bias=None, activation=None, *, config=None):
     """``out = activation(alpha * a @ b + beta * c + bias)`` for 2-D ``a`` (M, K), ``b``
     (K, N), ``c`` and ``out`` (M, N) (``c`` may be None when ``beta == 0``), ``bias`` (N,)
@@ -150,15 +162,8 @@ def fused_gemm(a, b, c, out, alpha=1.0, beta=0.0, bias=None, activation=None, *,
     without tuning (tests, sweeps)."""
     M, K = a.shape
     N = b.shape[1]
-    if activation not in ACTIVATION_CODES:
-        raise ValueError(f"activation must be one of {sorted(map(str, ACTIVATION_CODES))}, "
-                         f"got {activation!r}")
-    if bias is not None and tuple(bias.shape) != (N,):
-        raise ValueError(f"bias must have shape ({N},) (one value per column), "
-                         f"got {tuple(bias.shape)}")
+    check_epilogue_args(N, c, alpha, beta, bias, activation)
     reads_ab, reads_c = k09.blas_reads(alpha, beta)
-    if reads_c and c is None:
-        raise ValueError("beta != 0 needs c")
     if not reads_ab:             # alpha == 0: A and B are never read
         return k09.fused_gemm(a.unsqueeze(0), b.unsqueeze(0),
                               None if c is None else c.unsqueeze(0), out.unsqueeze(0),

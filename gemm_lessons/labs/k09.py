@@ -18,6 +18,7 @@ import torch
 from .. import api, common, engines, harness
 from ..kernels import k09_fused_epilogue as k09
 from ..kernels import k09_fused_splitk as fsk
+from ..kernels import k09_fused_tma_splitk as tsk
 from ..kernels import k09_fused_tma as tma
 
 __all__ = ["fusion_bytes", "EpilogueBench", "epilogue_operands", "bench_epilogue",
@@ -101,6 +102,8 @@ def _torch_epilogue(activation):
 
 BASELINES = ("torch eager", "torch.compile", "cuBLAS mm alone")
 KERNEL_NAMES = ("k09_fused_epilogue", "k09_fused_tma")
+# the autotuned kernels, each tuned by its first call (the check), before the timing
+AUTOTUNED = {"k09_fused_splitk": fsk, "k09_fused_tma_splitk": tsk}
 
 
 def epilogue_operands(M, N, K, dtype=torch.float16, *, seed=0, b_layout="row"):
@@ -130,7 +133,8 @@ def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gel
     persistent grid; ``tma_config``, a ``k09_fused_tma.TmaConfig``, overrides its tiles),
     the latter only on Hopper (sm_90+) and for fp16/bf16; elsewhere it is left out and the
     result's ``note`` says so; ``k09_fused_splitk`` (lesson 08's split-K kernel, autotuned
-    per shape bucket, with the epilogue; tuned by its first call, before the timing).
+    per shape bucket, with the epilogue; tuned by its first call, before the timing) and
+    ``k09_fused_tma_splitk`` (the same with TMA loads; sm_90+, fp16/bf16).
     ``graph=True`` times the GPU alone, every contender replayed from a CUDA graph
     (:func:`harness.time_cuda_many`): on a small product the host's cost per call would
     otherwise be what is measured. ``b_layout="transposed"`` passes B as ``W.t()`` of an (N, K)
@@ -163,10 +167,15 @@ def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gel
             runs["k09_fused_tma"] = lambda: tma.fused_gemm_tma(
                 a3, b3, None, out_t, 1.0, 0.0, bias_t, activation, config=tcfg)[0]
             res.configs["k09_fused_tma"] = str(tcfg)
-    if "k09_fused_splitk" in kernels:
+    tuned = {name: mod for name, mod in AUTOTUNED.items() if name in kernels}
+    if "k09_fused_tma_splitk" in tuned and (not api.runs_here("k09_fused_tma_splitk")
+                                            or dtype == torch.float32):
+        res.note = "k09_fused_tma_splitk not timed: it needs sm_90 and fp16/bf16"
+        del tuned["k09_fused_tma_splitk"]
+    for name, mod in tuned.items():
         out_s = torch.empty(M, N, dtype=dtype, device=dev)
-        runs["k09_fused_splitk"] = lambda: fsk.fused_gemm(a, b, None, out_s, 1.0, 0.0, bias_t,
-                                                          activation)
+        runs[name] = (lambda mod=mod, out_s=out_s:
+                      mod.fused_gemm(a, b, None, out_s, 1.0, 0.0, bias_t, activation))
     if "torch eager" in baselines:
         runs["torch eager"] = lambda: eager(a, b, bias_t)
     if "torch.compile" in baselines:
@@ -183,8 +192,8 @@ def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gel
         runs["cuBLAS mm alone"] = lambda: torch.mm(a, b, out=mm_out)
     # every contender's batches interleaved: the GPU's clock drift falls on all alike
     res.ms.update(harness.time_cuda_many(runs, graph=graph))
-    if "k09_fused_splitk" in runs:
-        res.configs["k09_fused_splitk"] = fsk.chosen_config()
+    for name, mod in tuned.items():
+        res.configs[name] = mod.chosen_config()
     return res
 
 

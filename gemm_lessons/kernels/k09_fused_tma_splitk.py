@@ -1,0 +1,264 @@
+"""Lesson 09, the fused epilogue on every shape, fed by TMA: ``k09_fused_splitk`` with
+lesson 08's TMA descriptor loads in its K loop.
+
+    out = act(alpha * A @ B + beta * C + bias)       bias: one value per column, (N,)
+
+``k09_fused_splitk`` walks its slice of K with pointer loads: every thread computes the
+addresses of its part of each A and B tile and issues its own copies, and the masks cut the
+ragged edges. This kernel changes only that loop. A and B are read through TMA descriptors
+(lesson 08's ``k08_triton_tma``): one bulk copy per tile, issued by one thread, the copy
+engine filling zeros past M, N and K, so the loop has no address arithmetic and no masks.
+The grid, the slices of K (now counted in whole K-tiles), the ticketed reduction and the
+epilogue are ``k09_fused_splitk``'s. Unlike ``k09_fused_tma`` the grid is not persistent:
+on the suite's mid shapes one program per tile and slice, in one or two waves, is what wins.
+
+Configurations: its own list (:data:`TMA_CONFIGS`), the tiles that were fastest with TMA
+loads on the suite's shapes, under lesson 08's pruner and shape-bucket key. A descriptor's
+block is the config's tile, so each config carries a ``pre_hook`` that sets the blocks of
+the two descriptors before the autotuner runs it.
+
+What TMA cannot address runs ``k09_fused_splitk`` (the same slices, reduction and epilogue,
+pointer loads): fp32 operands, an operand whose strides or base a descriptor cannot take
+(see ``k09_fused_tma``), ``alpha == 0``, and an output written over C. B may be given as the
+transposed weight ``W.t()`` of an ``nn.Linear``: the descriptor is built on ``W`` and the
+tile transposed in shared memory (``k09_fused_tma``'s ``_load_tile``). 2-D operands.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from ..common import cdiv, dtype_name, sm_count
+from . import FP16_BF16, Kernel
+from . import k08_triton_splitk as k08s
+from . import k09_fused_epilogue as k09
+from . import k09_fused_splitk as fsk
+from .k07_triton_swizzle import check_offsets, grouped_pid, operands
+from .k09_epilogue import ACTIVATION_CODES, epilogue_in_halves
+from .k09_fused_tma import _as_descriptor, _load_tile
+
+__all__ = ["fused_tma_splitk_kernel", "TMA_CONFIGS", "INTERPRETER_CONFIG",
+           "fused_tma_splitk_autotuned", "set_blocks", "uses_tma", "fused_gemm", "gemm", "launch",
+           "asm_job", "chosen_config"]
+
+
+@triton.jit
+def fused_tma_splitk_kernel(
+        # TMA descriptors of A (M x K) and B (K x N), or of their transposes (A_TRANS, B_TRANS)
+        a_desc, b_desc,
+        # pointers: C, the bias, the output, split-K's fp32 workspace and per-tile counters
+        c_ptr, bias_ptr, out_ptr, ws_ptr, count_ptr,
+        M, N, K, M_BUCKET,
+        stride_cm, stride_cn,
+        stride_bias,
+        stride_om, stride_on,
+        alpha, beta,
+        HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
+        A_TRANS: tl.constexpr, B_TRANS: tl.constexpr,
+        BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+        GROUP_SIZE_M: tl.constexpr,
+        SPLIT_K: tl.constexpr,
+        INPUT_PRECISION: tl.constexpr,
+):
+    # 1. which tile of C this program computes, as k09_fused_splitk
+    pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    pid_m, pid_n = grouped_pid(pid, num_pid_m, num_pid_n, GROUP_SIZE_M)
+    #    and which slice of K: K-tiles k_first .. k_last - 1 (the last slice shorter or empty)
+    pid_k = tl.program_id(axis=1)
+    k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
+    per_slice = tl.cdiv(k_tiles, SPLIT_K)
+    k_first = pid_k * per_slice
+    k_last = tl.minimum(k_first + per_slice, k_tiles)
+
+    # 2.-3. walk the slice: one TMA copy per operand tile, zeros past M, N and K, no masks
+    off_m = pid_m * BLOCK_SIZE_M
+    off_n = pid_n * BLOCK_SIZE_N
+    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for ki in range(k_first, k_last):
+        a = _load_tile(a_desc, 0, off_m, ki * BLOCK_SIZE_K, BLOCK_SIZE_M, BLOCK_SIZE_K,
+                       False, A_TRANS)
+        b = _load_tile(b_desc, 0, ki * BLOCK_SIZE_K, off_n, BLOCK_SIZE_K, BLOCK_SIZE_N,
+                       False, B_TRANS)
+        acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
+
+    # 4.-6. k09_fused_splitk's end, unchanged: the epilogue, after the slices' sum if split
+    offs_cm = off_m + tl.arange(0, BLOCK_SIZE_M)
+    if SPLIT_K == 1:
+        epilogue_in_halves(acc, offs_cm, off_n, 0, M, N, c_ptr, 0, stride_cm, stride_cn,
+                           bias_ptr, stride_bias, out_ptr, 0, stride_om, stride_on,
+                           alpha, beta, HAS_C, HAS_BIAS, ACTIVATION, BLOCK_SIZE_N)
+    else:
+        tile = (tl.arange(0, BLOCK_SIZE_M)[:, None] * BLOCK_SIZE_N
+                + tl.arange(0, BLOCK_SIZE_N)[None, :])
+        slots = ws_ptr + pid.to(tl.int64) * SPLIT_K * BLOCK_SIZE_M * BLOCK_SIZE_N
+        tl.store(slots + pid_k * BLOCK_SIZE_M * BLOCK_SIZE_N + tile, acc)
+        tl.debug_barrier()
+        ticket = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel")
+        if ticket == SPLIT_K - 1:
+            acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+            for s in range(0, SPLIT_K):
+                acc += tl.load(slots + s * BLOCK_SIZE_M * BLOCK_SIZE_N + tile,
+                               cache_modifier=".cg")
+            epilogue_in_halves(acc, offs_cm, off_n, 0, M, N, c_ptr, 0, stride_cm,
+                               stride_cn, bias_ptr, stride_bias, out_ptr, 0, stride_om,
+                               stride_on, alpha, beta, HAS_C, HAS_BIAS, ACTIVATION,
+                               BLOCK_SIZE_N)
+            tl.store(count_ptr + pid, 0)
+
+
+# ------------------------------------------------------------------ configurations
+def set_blocks(nargs):
+    """A config's ``pre_hook``: the two descriptors' blocks become its tiles (transposed for
+    an operand read through its transpose)."""
+    BM, BN, BK = nargs["BLOCK_SIZE_M"], nargs["BLOCK_SIZE_N"], nargs["BLOCK_SIZE_K"]
+    nargs["a_desc"].block_shape = [BK, BM] if nargs["A_TRANS"] else [BM, BK]
+    nargs["b_desc"].block_shape = [BN, BK] if nargs["B_TRANS"] else [BK, BN]
+
+
+def _config(BM, BN, BK, num_warps, num_stages, split_k=1, group_size_m=8):
+    c = k08s.make_config(BM, BN, BK, num_warps, num_stages, split_k, group_size_m)
+    c.pre_hook = set_blocks
+    return c
+
+
+# fp16 / bf16: the tiles that were fastest with TMA loads on some shape of the suite
+# (gemm_lessons.shapes.SHAPES_LLM), timed on an H200 against every other; lesson 09 shows
+# the suite. Large outputs: 128 x 256. Mid shapes: 64 x 256 without a split, 128 x 128 and
+# 64 x 128 with a few. Small M: lesson 08's short tiles.
+TMA_CONFIGS = [
+    _config(128, 256, 64, 8, 3),
+    _config(128, 256, 64, 8, 4),
+    *[_config(128, 128, 64, 8, 4, split_k=s) for s in (1, 2, 4)],
+    *[_config(128, 128, 128, 8, 3, split_k=s) for s in (1, 2)],
+    *[_config(64, 256, 64, 4, 4, split_k=s) for s in (1, 2)],
+    *[_config(64, 128, 64, 4, 5, split_k=s) for s in (1, 2, 4)],
+    _config(64, 128, 128, 4, 3, split_k=2),
+    *[_config(32, 64, 128, 4, 4, split_k=s) for s in (1, 2, 4)],
+    *[_config(16, 64, 128, 4, 4, split_k=s) for s in (1, 2, 4, 8)],
+    *[_config(16, 128, 128, 4, 4, split_k=s) for s in (1, 2, 4)],
+]
+# Triton's interpreter: lesson 08's small config that splits K in two, the one its pruner
+# keeps there (the launcher gives the descriptors its blocks)
+INTERPRETER_CONFIG = k08s.INTERPRETER_CONFIG
+
+# lesson 08's pruner and shape-bucket key (the pruner reads the dtype off a descriptor)
+fused_tma_splitk_autotuned = k08s.autotune(fused_tma_splitk_kernel, configs=TMA_CONFIGS)
+
+
+def _tma_operands(a, b, config):
+    """(a, b, precision, (a_desc, a_trans), (b_desc, b_trans)), or None where a descriptor
+    cannot address ``a`` or ``b`` in place. Blocks: ``config``'s (its pre_hook sets them
+    again for every config the autotuner runs)."""
+    a, b, precision = operands(a, b)     # the interpreter: bf16 widened to fp32
+    cfg = config.kwargs
+    da = _as_descriptor(a.unsqueeze(0), cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_K"], 1)
+    db = _as_descriptor(b.unsqueeze(0), cfg["BLOCK_SIZE_K"], cfg["BLOCK_SIZE_N"], 1)
+    if da is None or db is None:
+        return None
+    return a, b, precision, da[::2], db[::2]
+
+
+def _may_use_tma(a, c, out, alpha, beta):
+    reads_ab, reads_c = k09.blas_reads(alpha, beta)
+    overlap = reads_c and out is not None and c is not None and fsk._overlaps(out, c)
+    return reads_ab and a.dtype in FP16_BF16 and not overlap
+
+
+def uses_tma(a, b, c=None, out=None, alpha=1.0, beta=0.0):
+    """Whether :func:`fused_gemm` runs the TMA kernel on these operands (True), or
+    ``k09_fused_splitk``'s pointer kernel (False; see the module docstring)."""
+    return (_may_use_tma(a, c, out, alpha, beta)
+            and _tma_operands(a, b, INTERPRETER_CONFIG) is not None)
+
+
+def fused_gemm(a, b, c, out, alpha=1.0, beta=0.0, bias=None, activation=None, *, config=None):
+    """``out = activation(alpha * a @ b + beta * c + bias)`` for 2-D ``a`` (M, K), ``b``
+    (K, N), ``c`` and ``out`` (M, N) (``c`` may be None when ``beta == 0``), ``bias`` (N,)
+    or None; any strides (what TMA cannot address runs ``k09_fused_splitk``). ``config``:
+    one config of :data:`TMA_CONFIGS` (or ``k08_triton_splitk.make_config``) as it is,
+    without tuning (tests, sweeps)."""
+    M, K = a.shape
+    N = b.shape[1]
+    fsk.check_epilogue_args(N, c, alpha, beta, bias, activation)
+    reads_ab, reads_c = k09.blas_reads(alpha, beta)
+    found = (_tma_operands(a, b, config or INTERPRETER_CONFIG)
+             if _may_use_tma(a, c, out, alpha, beta) else None)
+    if found is None:
+        return fsk.fused_gemm(a, b, c, out, alpha, beta, bias, activation, config=config)
+    a, b, precision, (a_desc, a_trans), (b_desc, b_trans) = found
+    check_offsets(out, *([c] if reads_c else []))
+    if config is None:
+        kernel, meta = fused_tma_splitk_autotuned, {}
+        ws_elems, n_counters = k08s.needs(kernel, a.dtype, M, N, K, sm_count(out.device))
+    else:
+        set_blocks({**config.kwargs, "a_desc": a_desc, "b_desc": b_desc,
+                    "A_TRANS": a_trans, "B_TRANS": b_trans})
+        kernel = fused_tma_splitk_kernel
+        meta = dict(config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
+        ws_elems, n_counters = k08s.config_needs(config, M, N)
+    ws, counts = (k08s.buffers(out.device, ws_elems, n_counters) if ws_elems else (out, out))
+    c_args = (c, c.stride(0), c.stride(1)) if reads_c else (out, 0, 0)
+    bias_args = (bias, bias.stride(0)) if bias is not None else (out, 0)
+
+    def grid(meta):
+        return (cdiv(M, meta["BLOCK_SIZE_M"]) * cdiv(N, meta["BLOCK_SIZE_N"]),
+                meta["SPLIT_K"])
+
+    kernel[grid](a_desc, b_desc, c_args[0], bias_args[0], out, ws, counts, M, N, K,
+                 k08s.m_bucket(M), *c_args[1:], bias_args[1], out.stride(0), out.stride(1),
+                 float(alpha), float(beta), HAS_C=reads_c, HAS_BIAS=bias is not None,
+                 ACTIVATION=ACTIVATION_CODES[activation], A_TRANS=a_trans, B_TRANS=b_trans,
+                 INPUT_PRECISION=precision, **meta)
+    return out
+
+
+def gemm(a3, b3, c3, out, alpha, beta, bias, activation):
+    """The ``gl.gemm`` hook: 3-D views with a batch of one."""
+    fused_gemm(a3[0], b3[0], None if c3 is None else c3[0], out[0], alpha, beta, bias,
+               activation)
+    return out
+
+
+def launch(a, b, c):
+    """c = a @ b (alpha 1, beta 0, no bias, no activation)."""
+    fused_gemm(a, b, None, c)
+
+
+def asm_job(config, dtype=torch.float16, M=512, N=4096, K=14336, *, bias=True,
+            activation="gelu", cc=(9, 0)):
+    """The compilation of ``config`` with (``bias`` +) ``activation`` for ``cc``, on
+    contiguous operands of this shape (for :func:`gemm_lessons.triton_asm.compile_kernels`)."""
+    BM, BN, BK = (config.kwargs[k] for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K"))
+    name = dtype_name(dtype)
+    split = config.kwargs["SPLIT_K"] > 1
+    args = {"a_desc": {"desc": name, "block": [BM, BK]},
+            "b_desc": {"desc": name, "block": [BK, BN]},
+            "c_ptr": name, "bias_ptr": name, "out_ptr": name,
+            "ws_ptr": "float32" if split else name, "count_ptr": "int32" if split else name,
+            "M": M, "N": N, "K": K, "M_BUCKET": k08s.m_bucket(M),
+            "stride_cm": 0, "stride_cn": 0, "stride_bias": 1 if bias else 0,
+            "stride_om": N, "stride_on": 1, "alpha": 1, "beta": 0}
+    constants = dict(config.kwargs, HAS_C=False, HAS_BIAS=bias,
+                     ACTIVATION=ACTIVATION_CODES[activation], A_TRANS=False, B_TRANS=False,
+                     INPUT_PRECISION="tf32")
+    return dict(fn=fused_tma_splitk_kernel, args=args, constants=constants,
+                num_warps=config.num_warps, num_stages=config.num_stages, cc=cc)
+
+
+def chosen_config():
+    """The config the autotuner ran last (see ``k08_triton_splitk.label``)."""
+    return k08s.chosen_config(fused_tma_splitk_autotuned)
+
+
+KERNELS = [
+    Kernel("k09_fused_tma_splitk", 9, "triton", FP16_BF16,
+           "k09_fused_splitk with lesson 08's TMA loads in its K loop (Hopper); "
+           "B row-major or W.t()",
+           launch=launch, gemm=gemm, source=fused_tma_splitk_kernel, min_cc=(9, 0),
+           features=frozenset({"alpha_beta", "bias", "activation"}), step=2,
+           in_ladder=False,
+           configs={"gpu": TMA_CONFIGS, "simulator": INTERPRETER_CONFIG}),
+]

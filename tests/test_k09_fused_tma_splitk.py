@@ -1,0 +1,164 @@
+"""Lesson 09, the fused epilogue on split-K fed by TMA: act(alpha * A @ B + beta * C + bias)
+right with K cut in 1 to 4 slices on operands a descriptor can address (ragged M, N and K
+tiles, K shorter than a tile, A column-major, B given as W.t()), through the pointer kernel
+where it cannot; the descriptors' blocks set per config; lesson 08's key and pruner.
+Outputs are NaN-poisoned before every run and compared with a float64 reference."""
+import gemm_lessons as gl  # first: it switches on Triton's interpreter when there is no GPU
+import pytest
+import torch
+
+from gemm_lessons import engines
+from gemm_lessons.kernels import k08_triton_splitk as sk
+from gemm_lessons.kernels import k09_fused_splitk as fs
+from gemm_lessons.kernels import k09_fused_tma_splitk as ts
+
+from test_k09_fused_splitk import assert_close, operands, poisoned, reference
+
+SMALL = dict(BM=16, BN=16, BK=16, num_warps=1, num_stages=1, group_size_m=2)
+if engines.on_gpu():
+    SMALL = dict(BM=64, BN=64, BK=32, num_warps=4, num_stages=3)
+# every one TMA can address: rows of 16-byte multiples (K, and N, multiples of 8 halves)
+SHAPES = {"ragged tiles": (37, 40, 72), "M=1": (1, 24, 64), "K=8": (16, 40, 8),
+          "A column-major": (24, 40, 56)}
+if not engines.on_gpu():
+    pytestmark = pytest.mark.filterwarnings("ignore::UserWarning")
+
+
+@pytest.fixture
+def pointer_calls(monkeypatch):
+    """The calls that went to k09_fused_splitk's pointer kernel instead of TMA."""
+    calls = []
+    real = fs.fused_gemm
+
+    def spy(*args, **kwargs):
+        calls.append(args[0].shape)
+        return real(*args, **kwargs)
+    monkeypatch.setattr(fs, "fused_gemm", spy)
+    return calls
+
+
+def test_check_passes_in_every_dtype():
+    rep = gl.check("k09_fused_tma_splitk")
+    assert rep.ok
+    assert str(rep) == "k09_fused_tma_splitk: correct on 9 shapes (bfloat16, float16)"
+
+
+@pytest.mark.parametrize("split_k", [1, 2, 3, 4])
+@pytest.mark.parametrize("shape", list(SHAPES))
+def test_the_epilogue_is_applied_once_to_the_full_sum(split_k, shape, pointer_calls):
+    M, N, K = SHAPES[shape]
+    a, b, c, bias = operands(M, N, K, layout="transposed" if "column" in shape else "row")
+    cfg = sk.make_config(split_k=split_k, **SMALL)
+    for alpha, beta, act in ((1.0, 0.0, "gelu"), (0.5, -1.5, "relu"), (-2.0, 1.0, "leaky_relu")):
+        assert ts.uses_tma(a, b, c, None, alpha, beta)
+        out = ts.fused_gemm(a, b, c, poisoned(M, N), alpha, beta, bias, act, config=cfg)
+        ref, scale = reference(a, b, c, alpha, beta, bias, act)
+        assert_close(out, ref, scale, 2e-3, f"{shape} split {split_k} {act} {alpha} {beta}")
+    assert not pointer_calls, "an operand TMA can address went to the pointer kernel"
+
+
+def test_a_transposed_weight_is_read_in_place(pointer_calls):
+    a, _, _, bias = operands(33, 40, 48, seed=2)
+    gen = torch.Generator().manual_seed(7)
+    w = torch.randn(40, 48, generator=gen).half().to(a.device)       # nn.Linear's (N, K)
+    b = w.t()
+    assert ts.uses_tma(a, b)
+    for split_k in (1, 3):
+        out = ts.fused_gemm(a, b, None, poisoned(33, 40), 1.0, 0.0, bias, "gelu",
+                            config=sk.make_config(split_k=split_k, **SMALL))
+        ref, scale = reference(a, b, None, 1.0, 0.0, bias, "gelu")
+        assert_close(out, ref, scale, 2e-3, f"W.t(), split {split_k}")
+    assert not pointer_calls
+
+
+@pytest.mark.parametrize("what", ["K not a multiple of 8", "fp32", "alpha = 0", "out is C",
+                                  "a sliced B"])
+def test_what_tma_cannot_address_runs_the_pointer_kernel(what, pointer_calls):
+    M, N, K = (20, 24, 45) if what.startswith("K") else (20, 24, 32)
+    dtype = torch.float32 if what == "fp32" else torch.float16
+    a, b, c, bias = operands(M, N, K, dtype, seed=3)
+    if what == "a sliced B":
+        b = torch.cat([b, b], dim=1)[:, ::2]
+    alpha, beta = (0.0, 1.0) if what == "alpha = 0" else (0.5, 1.0)
+    ref, scale = reference(a, b, c, alpha, beta, bias, "gelu")
+    out = c if what == "out is C" else poisoned(M, N, dtype)
+    assert not ts.uses_tma(a, b, c, out, alpha, beta)
+    ts.fused_gemm(a, b, c, out, alpha, beta, bias, "gelu")
+    assert_close(out, ref, scale, 1e-5 if dtype == torch.float32 else 2e-3, what)
+    assert pointer_calls[:1] == [a.shape]     # (out is C: it calls itself once more)
+
+
+def test_two_runs_are_bitwise_equal_and_the_counters_end_at_zero():
+    a, b, c, bias = operands(37, 40, 96, seed=3)
+    cfg = sk.make_config(split_k=4, **SMALL)
+    outs = [ts.fused_gemm(a, b, c, poisoned(37, 40), 1.0, 1.0, bias, "gelu", config=cfg)
+            for _ in range(2)]
+    _, counts = sk._BUFFERS[outs[0].device]
+    assert int(counts.abs().sum()) == 0, "a tile's counter was not reset"
+    assert torch.equal(outs[0], outs[1])
+
+
+def test_autotuned_through_gl_gemm(pointer_calls):
+    for dtype in (torch.float16, torch.bfloat16):
+        a, b, c, bias = operands(45, 64, 80, dtype, seed=4)
+        out = gl.gemm(a, b, c, alpha=0.5, beta=1.5, bias=bias, activation="gelu",
+                      kernel="k09_fused_tma_splitk")
+        ref, scale = reference(a, b, c, 0.5, 1.5, bias, "gelu")
+        assert out.dtype == dtype
+        assert_close(out, ref, scale, 2e-3 if dtype == torch.float16 else 1.6e-2, f"{dtype}")
+    assert not pointer_calls
+    assert ts.chosen_config() != "none yet (call the kernel first)"
+
+
+def test_each_config_sets_the_descriptors_blocks_to_its_tiles():
+    class Desc:
+        block_shape = None
+    for cfg in ts.TMA_CONFIGS:
+        assert cfg.pre_hook is ts.set_blocks, sk.label(cfg)
+        BM, BN, BK = (cfg.kwargs[k] for k in ("BLOCK_SIZE_M", "BLOCK_SIZE_N", "BLOCK_SIZE_K"))
+        for a_trans, b_trans in ((False, False), (True, True)):
+            nargs = dict(cfg.kwargs, a_desc=Desc(), b_desc=Desc(), A_TRANS=a_trans,
+                         B_TRANS=b_trans)
+            cfg.pre_hook(nargs)
+            assert nargs["a_desc"].block_shape == ([BK, BM] if a_trans else [BM, BK])
+            assert nargs["b_desc"].block_shape == ([BN, BK] if b_trans else [BK, BN])
+
+
+def test_it_shares_lesson_08s_key_and_pruner():
+    tuned = ts.fused_tma_splitk_autotuned
+    assert tuned.keys == sk.splitk_autotuned.keys
+    assert tuned.configs == ts.TMA_CONFIGS
+    assert tuned.early_config_prune is sk.prune
+    assert len({sk.label(c) for c in ts.TMA_CONFIGS}) == len(ts.TMA_CONFIGS), "listed twice"
+    # on every shape of the suite the pruner keeps some of them, and the workspace they need
+    # is what the launcher allocates
+    from gemm_lessons.shapes import SHAPES_LLM
+    for M, N, K in SHAPES_LLM:
+        kept = sk.prune_for_gpu(tuned.configs, torch.float16, sk.m_bucket(M), N, K, sms=132)
+        assert kept, (M, N, K)
+
+
+def test_bad_input_gets_a_clear_error():
+    a, b, c, bias = operands(8, 16, 16)
+    out = poisoned(8, 16)
+    with pytest.raises(ValueError, match="bias must have shape"):
+        ts.fused_gemm(a, b, None, out, bias=bias[:5])
+    with pytest.raises(ValueError, match="activation must be one of"):
+        ts.fused_gemm(a, b, None, out, activation="swish")
+    with pytest.raises(ValueError, match="beta != 0 needs c"):
+        ts.fused_gemm(a, b, None, out, beta=1.0)
+    with pytest.raises(ValueError, match="batched"):
+        gl.gemm(a.unsqueeze(0).expand(2, -1, -1), b.unsqueeze(0).expand(2, -1, -1),
+                kernel="k09_fused_tma_splitk")
+
+
+@pytest.mark.skipif(engines.on_gpu(), reason="compiles for sm_90 with this machine's Triton")
+def test_the_widest_configs_do_not_spill_in_the_gelu_epilogue():
+    from gemm_lessons import compiled, triton_asm
+    wide = [c for c in ts.TMA_CONFIGS if c.kwargs["BLOCK_SIZE_N"] == 256]
+    for c, res in zip(wide, triton_asm.compile_kernels([ts.asm_job(c) for c in wide])):
+        rep = compiled.ptxas_report(res["ptx"], (9, 0))
+        if rep is None:
+            pytest.skip("no ptxas here")
+        assert rep["spill_stores"] == 0, (sk.label(c), rep)
+        assert "cp.async.bulk.tensor" in res["ptx"], "A and B do not arrive by TMA"
