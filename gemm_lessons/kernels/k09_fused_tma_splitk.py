@@ -12,8 +12,8 @@ The grid, the slices of K (now counted in whole K-tiles), the ticketed reduction
 epilogue are ``k09_fused_splitk``'s. Unlike ``k09_fused_tma`` the grid is not persistent:
 on the suite's mid shapes one program per tile and slice, in one or two waves, is what wins.
 
-Configurations: its own list (:data:`TMA_CONFIGS`), the tiles that were fastest with TMA
-loads on the suite's shapes, under lesson 08's pruner and shape-bucket key. A descriptor's
+Configurations (:data:`TMA_CONFIGS`): ``k09_fused_splitk``'s and five more, under lesson 08's
+pruner and shape-bucket key. A descriptor's
 block is the config's tile, so each config carries a ``pre_hook`` that sets the blocks of
 the two descriptors before the autotuner runs it.
 
@@ -124,21 +124,18 @@ def _config(BM, BN, BK, num_warps, num_stages, split_k=1, group_size_m=8):
     return c
 
 
-# fp16 / bf16: the tiles that were fastest with TMA loads on some shape of the suite
-# (gemm_lessons.shapes.SHAPES_LLM), timed on an H200 against every other; lesson 09 shows
-# the suite. Large outputs: 128 x 256. Mid shapes: 64 x 256 without a split, 128 x 128 and
-# 64 x 128 with a few. Small M: lesson 08's short tiles.
-TMA_CONFIGS = [
-    _config(128, 256, 64, 8, 3),
-    _config(128, 256, 64, 8, 4),
-    *[_config(128, 128, 64, 8, 4, split_k=s) for s in (1, 2, 4)],
+def _with_blocks(c):
+    kw = c.kwargs
+    return _config(kw["BLOCK_SIZE_M"], kw["BLOCK_SIZE_N"], kw["BLOCK_SIZE_K"], c.num_warps,
+                   c.num_stages, kw["SPLIT_K"], kw["GROUP_SIZE_M"])
+
+
+# fp16 / bf16: k09_fused_splitk's configurations, and five that TMA loads made the fastest
+# on some mid shape of the suite (gemm_lessons.shapes.SHAPES_LLM; an H200, every config
+# timed against the others): 128 x 128 tiles 128 deep, and 64 x 128 tiles with 5 stages.
+TMA_CONFIGS = [_with_blocks(c) for c in k08s.CONFIGS + fsk.FUSED_CONFIGS] + [
     *[_config(128, 128, 128, 8, 3, split_k=s) for s in (1, 2)],
-    *[_config(64, 256, 64, 4, 4, split_k=s) for s in (1, 2)],
     *[_config(64, 128, 64, 4, 5, split_k=s) for s in (1, 2, 4)],
-    _config(64, 128, 128, 4, 3, split_k=2),
-    *[_config(32, 64, 128, 4, 4, split_k=s) for s in (1, 2, 4)],
-    *[_config(16, 64, 128, 4, 4, split_k=s) for s in (1, 2, 4, 8)],
-    *[_config(16, 128, 128, 4, 4, split_k=s) for s in (1, 2, 4)],
 ]
 # Triton's interpreter: lesson 08's small config that splits K in two, the one its pruner
 # keeps there (the launcher gives the descriptors its blocks)
