@@ -162,3 +162,35 @@ def test_the_widest_configs_do_not_spill_in_the_gelu_epilogue():
             pytest.skip("no ptxas here")
         assert rep["spill_stores"] == 0, (sk.label(c), rep)
         assert "cp.async.bulk.tensor" in res["ptx"], "A and B do not arrive by TMA"
+
+
+def test_the_suite_records_medians_and_one_set_of_baselines(tmp_path, tool, monkeypatch):
+    from gemm_lessons import results
+    from gemm_lessons.labs import k09 as lab
+    suite = tool("epilogue_suite")
+    eager = iter([0.012, 0.030, 0.013])          # the repeats: one outlier, the median 0.013
+    calls = []
+
+    def bench(M, N, K, dtype, activation, *, kernels, graph):
+        calls.append(kernels)
+        ms = {"torch eager": next(eager), "torch.compile": 0.011, "cuBLAS mm alone": 0.009}
+        ms.update({k: 0.010 for k in kernels})
+        return lab.EpilogueBench(M, N, K, dtype, activation, ms)
+    monkeypatch.setattr(suite.gl, "backend", lambda: "cuda")
+    monkeypatch.setattr(suite.lab, "bench_epilogue", bench)
+    path = tmp_path / "suite.csv"
+    assert suite.main(["--shape", "16x64x64", "--csv", str(path)]) == 0
+    assert calls == [tuple(suite.DEFAULT)] * 3, "the default kernels, together, three times"
+    rows = {r.kernel: r for _, r in results.read_csv(path)[0]}
+    assert sorted(rows) == sorted([f"{k}_vs_{b}" for k in suite.DEFAULT
+                                   for b in ("eager", "compile", "mm")]
+                                  + ["eager_vs_mm", "compile_vs_mm"])
+    assert rows["k09_fused_tma_splitk_vs_eager"].baseline_ms == pytest.approx(0.013)
+    assert rows["eager_vs_mm"].ms == pytest.approx(0.013)
+    # another kernel's run alone adds its rows and leaves the baselines' own
+    eager = iter([0.020])
+    assert suite.main(["--kernel", "k09_fused_epilogue", "--repeat", "1", "--shape",
+                       "16x64x64", "--csv", str(path)]) == 0
+    rows = {r.kernel: r for _, r in results.read_csv(path)[0]}
+    assert rows["eager_vs_mm"].ms == pytest.approx(0.013)
+    assert rows["k09_fused_epilogue_vs_eager"].baseline_ms == pytest.approx(0.020)

@@ -4,19 +4,24 @@ same function (default mode) and cuBLAS's ``mm`` alone, every contender's batche
 interleaved in one run, after checking each against torch eager. Needs a GPU.
 
 GPU time, as ``tools/shape_suite.py``: every contender replayed from a CUDA graph, so the
-host's cost per call is left out of all of them (``--eager`` includes it).
+host's cost per call is left out of all of them (``--eager`` includes it). Each shape is
+measured ``--repeat`` times in a row (3 by default), each time with new graphs; the CSV gets
+each contender's median, and the printout the spread of the ratios to eager.
 
     python tools/epilogue_suite.py --csv gemm_lessons/results/h200_epilogue_shapes.csv
     python tools/epilogue_suite.py --kernel k09_fused_splitk --shape 16x4096x4096
 
-Rows written (``gemm_lessons.results`` format, one set per shape): ``<kernel>_vs_eager``,
-``<kernel>_vs_compile`` and ``<kernel>_vs_mm`` (ms: the fused kernel; baseline_ms: the
-other), and, in the default kernel's run only, ``eager_vs_mm`` and ``compile_vs_mm``.
+Rows written (``gemm_lessons.results`` format, one set per shape): for each kernel timed,
+``<kernel>_vs_eager``, ``<kernel>_vs_compile`` and ``<kernel>_vs_mm`` (ms: the fused
+kernel; baseline_ms: the other), and, when the first kernel timed is the default's first
+(``k09_fused_tma_splitk``), ``eager_vs_mm`` and ``compile_vs_mm``: so a run of other kernels
+alone adds its rows and leaves the baselines' own.
 """
 from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import sys
 
 import torch
@@ -27,7 +32,8 @@ from gemm_lessons.__main__ import _versions
 from gemm_lessons.labs import k09 as lab
 from gemm_lessons.shapes import SHAPES_LLM, shape_arg, shape_name
 
-DEFAULT = "k09_fused_splitk"      # its run writes the baselines' rows (eager_vs_mm, compile_vs_mm)
+KERNELS = ("k09_fused_tma_splitk", "k09_fused_splitk", "k09_fused_tma", "k09_fused_epilogue")
+DEFAULT = KERNELS[:3]       # timed together; the first one's rows carry the baselines' own
 SHORT = {"torch eager": "eager", "torch.compile": "compile", "cuBLAS mm alone": "mm"}
 
 
@@ -44,40 +50,57 @@ def rows_of(res, kernel, baselines=True):
             for name, a, b in pairs]
 
 
+def median_bench(M, N, K, kernels, repeat, graph=True):
+    """``lab.bench_epilogue`` ``repeat`` times in a row (new graphs each time): a result
+    whose times are each contender's median over the repeats, and every repeat's times."""
+    runs = [lab.bench_epilogue(M, N, K, torch.float16, "gelu", kernels=kernels, graph=graph)
+            for _ in range(repeat)]
+    res = runs[-1]
+    res.ms = {k: statistics.median(r.ms[k] for r in runs) for k in res.ms}
+    return res, [r.ms for r in runs]
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--kernel", default=DEFAULT,
-                   choices=["k09_fused_splitk", "k09_fused_tma_splitk", "k09_fused_tma",
-                            "k09_fused_epilogue"])
+    p.add_argument("--kernel", nargs="+", default=list(DEFAULT), choices=KERNELS,
+                   help="the fused kernels to time, in one run (default: %(default)s)")
     p.add_argument("--shape", nargs="*", type=shape_arg, default=list(SHAPES_LLM))
+    p.add_argument("--repeat", type=int, default=3,
+                   help="measure each shape this many times; the CSV gets the medians")
     p.add_argument("--csv", help="write the rows (replacing those of the shapes measured)")
     p.add_argument("--eager", action="store_true",
                    help="time calls as Python makes them (the host's cost per call included)")
     args = p.parse_args(argv)
+    if args.repeat < 1:
+        p.error("--repeat must be at least 1")
     if gl.backend() != "cuda":
         print("the epilogue suite times kernels: it needs a GPU", file=sys.stderr)
         return 2
-    new, ratios = [], {"eager": [], "compile": []}
+    kernels = list(dict.fromkeys(args.kernel))
+    new = []
+    ratios = {(k, base): [] for k in kernels for base in ("eager", "compile")}
     for i, (M, N, K) in enumerate(args.shape):
         torch._dynamo.reset()      # each shape compiled for itself, not under a shape guard
-        res = lab.bench_epilogue(M, N, K, torch.float16, "gelu", kernels=(args.kernel,),
-                                 graph=not args.eager)
+        res, each = median_bench(M, N, K, tuple(kernels), args.repeat, graph=not args.eager)
         ms = res.ms
-        for base, key in (("torch eager", "eager"), ("torch.compile", "compile")):
-            ratios[key].append(ms[base] / ms[args.kernel])
-        print(f"[{i + 1}/{len(args.shape)}] {shape_name(M, N, K):>18s} "
-              f"{args.kernel} {ms[args.kernel] * 1e3:8.1f} us "
-              f"[{res.configs.get(args.kernel, '')}]  eager {ms['torch eager'] * 1e3:8.1f} us "
-              f"({ratios['eager'][-1]:.2f}x)  compile {ms['torch.compile'] * 1e3:8.1f} us "
-              f"({ratios['compile'][-1]:.2f}x)  mm alone {ms['cuBLAS mm alone'] * 1e3:8.1f} us",
+        print(f"[{i + 1}/{len(args.shape)}] {shape_name(M, N, K)}: eager "
+              f"{ms['torch eager'] * 1e3:.1f} us, compile {ms['torch.compile'] * 1e3:.1f} us, "
+              f"mm alone {ms['cuBLAS mm alone'] * 1e3:.1f} us (medians of {args.repeat})",
               flush=True)
-        new += rows_of(res, args.kernel, baselines=args.kernel == DEFAULT)
+        for k in kernels:
+            for base, key in (("torch eager", "eager"), ("torch.compile", "compile")):
+                ratios[(k, key)].append(ms[base] / ms[k])
+            spread = [m["torch eager"] / m[k] for m in each]
+            print(f"    {k:<22} {ms[k] * 1e3:8.1f} us [{res.configs.get(k, '')}]  "
+                  f"{ratios[(k, 'eager')][-1]:.2f}x eager (repeats {min(spread):.2f}-"
+                  f"{max(spread):.2f})  {ratios[(k, 'compile')][-1]:.2f}x compile", flush=True)
+            new += rows_of(res, k, baselines=k == kernels[0] and k == DEFAULT[0])
         if args.csv:                   # after every shape: a cut-short run keeps what it measured
             results.merge_csv(args.csv, new)
     print()
-    for key, rs in ratios.items():
+    for (k, key), rs in ratios.items():
         geo = math.exp(sum(map(math.log, rs)) / len(rs))
-        print(f"{args.kernel} vs torch {key}: geomean {geo:.2f}x  min {min(rs):.2f}x  "
+        print(f"{k} vs torch {key}: geomean {geo:.2f}x  min {min(rs):.2f}x  "
               f"max {max(rs):.2f}x over {len(rs)} shapes")
     if args.csv:
         print(f"wrote {args.csv}")
