@@ -12,7 +12,7 @@ The grid, the slices of K (now counted in whole K-tiles), the ticketed reduction
 epilogue are ``k09_fused_splitk``'s. Unlike ``k09_fused_tma`` the grid is not persistent:
 on the suite's mid shapes one program per tile and slice, in one or two waves, is what wins.
 
-Configurations (:data:`TMA_CONFIGS`): ``k09_fused_splitk``'s and five more, under lesson 08's
+Configurations (:data:`TMA_CONFIGS`): ``k09_fused_splitk``'s and seven more, under lesson 08's
 pruner and shape-bucket key. A descriptor's
 block is the config's tile, so each config carries a ``pre_hook`` that sets the blocks of
 the two descriptors before the autotuner runs it.
@@ -130,12 +130,15 @@ def _with_blocks(c):
                    c.num_stages, kw["SPLIT_K"], kw["GROUP_SIZE_M"])
 
 
-# fp16 / bf16: k09_fused_splitk's configurations, and five that TMA loads made the fastest
+# fp16 / bf16: k09_fused_splitk's configurations, and seven that TMA loads made the fastest
 # on some mid shape of the suite (gemm_lessons.shapes.SHAPES_LLM; an H200, every config
-# timed against the others): 128 x 128 tiles 128 deep, and 64 x 128 tiles with 5 stages.
+# timed against the others): 128 x 128 tiles 128 deep, or split in two with 5 stages, and
+# 64 x 128 tiles with 5 or 6 stages (more loads in flight).
 TMA_CONFIGS = [_with_blocks(c) for c in k08s.CONFIGS + fsk.FUSED_CONFIGS] + [
     *[_config(128, 128, 128, 8, 3, split_k=s) for s in (1, 2)],
+    _config(128, 128, 64, 8, 5, split_k=2),
     *[_config(64, 128, 64, 4, 5, split_k=s) for s in (1, 2, 4)],
+    _config(64, 128, 64, 4, 6, split_k=2),
 ]
 # Triton's interpreter: lesson 08's small config that splits K in two, the one its pruner
 # keeps there (the launcher gives the descriptors its blocks)
