@@ -45,37 +45,43 @@ __all__ = ["fused_tma_splitk_kernel", "TMA_CONFIGS", "INTERPRETER_CONFIG",
 
 @triton.jit
 def fused_tma_splitk_kernel(
-        # TMA descriptors of A (M x K) and B (K x N), or of their transposes (A_TRANS, B_TRANS)
-        a_desc, b_desc,
-        # pointers: C, the bias, the output, split-K's fp32 workspace and per-tile counters
-        c_ptr, bias_ptr, out_ptr, ws_ptr, count_ptr,
+        # TMA descriptors of A and B (or of their transposes), pointers to C, the epilogue's
+        # bias and output, then split-K's fp32 workspace and per-tile counters
+        a_desc, b_desc, c_ptr, bias_ptr, out_ptr, ws_ptr, count_ptr,
+        # dimensions: A is M x K, B is K x N, C is M x N (M_BUCKET: the autotune key's M)
         M, N, K, M_BUCKET,
+        # strides: how far (in elements) to step to the next row / column of each matrix
         stride_cm, stride_cn,
         stride_bias,
         stride_om, stride_on,
+        # the epilogue: out = act(alpha * acc + beta * C + bias)
         alpha, beta,
         HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr,
-        A_TRANS: tl.constexpr, B_TRANS: tl.constexpr,
+        A_TRANS: tl.constexpr, B_TRANS: tl.constexpr,   # a descriptor of the transpose
+        # meta-parameters: compile-time constants, one compiled kernel per combination
         BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
-        GROUP_SIZE_M: tl.constexpr,
-        SPLIT_K: tl.constexpr,
-        INPUT_PRECISION: tl.constexpr,
+        GROUP_SIZE_M: tl.constexpr,      # 1: row-major tile order; 8: grouped
+        SPLIT_K: tl.constexpr,           # slices of K, one program each; 1: no split
+        INPUT_PRECISION: tl.constexpr,   # "ieee" for fp32 (no TF32); "tf32" (ignored) otherwise
 ):
-    # 1. which tile of C this program computes, as k09_fused_splitk
+    # 1. which tile of C this program computes (see grouped_pid)
     pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
     pid_m, pid_n = grouped_pid(pid, num_pid_m, num_pid_n, GROUP_SIZE_M)
-    #    and which slice of K: K-tiles k_first .. k_last - 1 (the last slice shorter or empty)
+    #    and which slice of K (grid axis 1): K-tiles k_first .. k_last - 1, the last slice
+    #    shorter or empty
     pid_k = tl.program_id(axis=1)
     k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
     per_slice = tl.cdiv(k_tiles, SPLIT_K)
     k_first = pid_k * per_slice
     k_last = tl.minimum(k_first + per_slice, k_tiles)
 
-    # 2.-3. walk the slice: one TMA copy per operand tile, zeros past M, N and K, no masks
+    # 2. the tile's corner; past M, N or K the copy engine fills zeros (no masks, no % M)
     off_m = pid_m * BLOCK_SIZE_M
     off_n = pid_n * BLOCK_SIZE_N
+
+    # 3. walk the slice: one TMA copy per operand tile, multiply-accumulate in fp32
     acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
     for ki in range(k_first, k_last):
         a = _load_tile(a_desc, 0, off_m, ki * BLOCK_SIZE_K, BLOCK_SIZE_M, BLOCK_SIZE_K,
@@ -84,29 +90,33 @@ def fused_tma_splitk_kernel(
                        False, B_TRANS)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
 
-    # 4.-6. k09_fused_splitk's end, unchanged: the epilogue, after the slices' sum if split
-    offs_cm = off_m + tl.arange(0, BLOCK_SIZE_M)
+    # 4. a whole tile: lesson 09's epilogue while it is in registers, one half at a time
+    offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    off_cn = pid_n * BLOCK_SIZE_N
     if SPLIT_K == 1:
-        epilogue_in_halves(acc, offs_cm, off_n, 0, M, N, c_ptr, 0, stride_cm, stride_cn,
+        epilogue_in_halves(acc, offs_cm, off_cn, 0, M, N, c_ptr, 0, stride_cm, stride_cn,
                            bias_ptr, stride_bias, out_ptr, 0, stride_om, stride_on,
                            alpha, beta, HAS_C, HAS_BIAS, ACTIVATION, BLOCK_SIZE_N)
     else:
+        # 5. split-K: park this slice's fp32 partial tile in its workspace slot (tile, slice)
         tile = (tl.arange(0, BLOCK_SIZE_M)[:, None] * BLOCK_SIZE_N
-                + tl.arange(0, BLOCK_SIZE_N)[None, :])
+                + tl.arange(0, BLOCK_SIZE_N)[None, :])                 # (BM, BN), row-major
         slots = ws_ptr + pid.to(tl.int64) * SPLIT_K * BLOCK_SIZE_M * BLOCK_SIZE_N
         tl.store(slots + pid_k * BLOCK_SIZE_M * BLOCK_SIZE_N + tile, acc)
-        tl.debug_barrier()
+        tl.debug_barrier()             # every thread of the program has stored its part
+        # 6. a ticket on the tile's counter: release our partial, acquire the others'
         ticket = tl.atomic_add(count_ptr + pid, 1, sem="acq_rel")
-        if ticket == SPLIT_K - 1:
+        if ticket == SPLIT_K - 1:      # the last slice to arrive adds them all up
             acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
-            for s in range(0, SPLIT_K):
+            for s in range(0, SPLIT_K):   # in a fixed order: the same bits on every run
                 acc += tl.load(slots + s * BLOCK_SIZE_M * BLOCK_SIZE_N + tile,
-                               cache_modifier=".cg")
-            epilogue_in_halves(acc, offs_cm, off_n, 0, M, N, c_ptr, 0, stride_cm,
+                               cache_modifier=".cg")   # from L2, where other SMs wrote
+            # the full sum: beta * C and the bias added once, the activation on the sum
+            epilogue_in_halves(acc, offs_cm, off_cn, 0, M, N, c_ptr, 0, stride_cm,
                                stride_cn, bias_ptr, stride_bias, out_ptr, 0, stride_om,
                                stride_on, alpha, beta, HAS_C, HAS_BIAS, ACTIVATION,
                                BLOCK_SIZE_N)
-            tl.store(count_ptr + pid, 0)
+            tl.store(count_ptr + pid, 0)   # zero again for the next launch
 
 
 # ------------------------------------------------------------------ configurations
