@@ -88,14 +88,14 @@ def test_the_persistent_loop_covers_every_tile_of_every_batch(sms):
 
 def test_a_batched_operand_read_as_broadcast_is_caught(monkeypatch):
     # a slip in the batch: A's descriptor built 2-D (batch 0 for every tile) though A has 3
-    real = tma._as_descriptor
+    real = tma.as_descriptor
 
     def flat(t3, rows, cols, batch):
         d = real(t3, rows, cols, batch)
         if d is None or not d[1]:
             return d
         return real(t3[:1], rows, cols, 1)
-    monkeypatch.setattr(tma, "_as_descriptor", flat)
+    monkeypatch.setattr(tma, "as_descriptor", flat)
     a, b = rand(3, 16, 32), rand(32, 24, seed=1)
     out = gl.gemm(a, b, kernel=NAME)
     assert torch.allclose(out[0].double(), a[0].double() @ b.double(), atol=0.05)

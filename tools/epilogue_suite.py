@@ -39,8 +39,8 @@ SHORT = {"torch eager": "eager", "torch.compile": "compile", "cuBLAS mm alone": 
 
 def rows_of(res, kernel, baselines=True):
     """The CSV rows of one shape's measurement (``baselines``: with eager's and compile's own
-    rows against ``mm``; only the default kernel's run writes those, so that a second run,
-    of another kernel, does not replace them)."""
+    rows against ``mm``; only a run whose first kernel is the default's first writes those,
+    so that a run of other kernels alone does not replace them)."""
     pairs = [(f"{kernel}_vs_{SHORT[base]}", kernel, base) for base in SHORT]
     if baselines:
         pairs += [("eager_vs_mm", "torch eager", "cuBLAS mm alone"),
@@ -87,18 +87,23 @@ def main(argv=None):
               f"{ms['torch eager'] * 1e3:.1f} us, compile {ms['torch.compile'] * 1e3:.1f} us, "
               f"mm alone {ms['cuBLAS mm alone'] * 1e3:.1f} us (medians of {args.repeat})",
               flush=True)
-        for k in kernels:
+        if res.note:
+            print(f"    ({res.note})", flush=True)
+        present = [k for k in kernels if k in ms]      # a kernel this GPU cannot run is left out
+        for k in present:
             for base, key in (("torch eager", "eager"), ("torch.compile", "compile")):
                 ratios[(k, key)].append(ms[base] / ms[k])
             spread = [m["torch eager"] / m[k] for m in each]
             print(f"    {k:<22} {ms[k] * 1e3:8.1f} us [{res.configs.get(k, '')}]  "
                   f"{ratios[(k, 'eager')][-1]:.2f}x eager (repeats {min(spread):.2f}-"
                   f"{max(spread):.2f})  {ratios[(k, 'compile')][-1]:.2f}x compile", flush=True)
-            new += rows_of(res, k, baselines=k == kernels[0] and k == DEFAULT[0])
+            new += rows_of(res, k, baselines=k == present[0] and kernels[0] == DEFAULT[0])
         if args.csv:                   # after every shape: a cut-short run keeps what it measured
             results.merge_csv(args.csv, new)
     print()
     for (k, key), rs in ratios.items():
+        if not rs:
+            continue
         geo = math.exp(sum(map(math.log, rs)) / len(rs))
         print(f"{k} vs torch {key}: geomean {geo:.2f}x  min {min(rs):.2f}x  "
               f"max {max(rs):.2f}x over {len(rs)} shapes")

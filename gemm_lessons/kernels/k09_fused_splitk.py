@@ -33,7 +33,7 @@ from .k07_triton_swizzle import DTYPES, check_offsets, grouped_pid, operands
 from .k09_epilogue import ACTIVATION_CODES, epilogue_in_halves
 
 __all__ = ["FUSED_CONFIGS", "fused_splitk_kernel", "fused_splitk_autotuned",
-           "check_epilogue_args", "fused_gemm", "gemm", "launch", "asm_job", "chosen_config"]
+           "check_epilogue_args", "overlaps", "fused_gemm", "gemm", "launch", "asm_job", "chosen_config"]
 
 
 @triton.jit
@@ -135,7 +135,7 @@ fused_splitk_autotuned = k08s.autotune(
     fused_splitk_kernel, configs=k08s.CONFIGS + FUSED_CONFIGS + k08s.FP32_CONFIGS)
 
 
-def _overlaps(x, y):
+def overlaps(x, y):
     """Whether two tensors are views of one storage (the output written over C)."""
     if x.device != y.device:
         return False
@@ -168,7 +168,7 @@ def fused_gemm(a, b, c, out, alpha=1.0, beta=0.0, bias=None, activation=None, *,
         return k09.fused_gemm(a.unsqueeze(0), b.unsqueeze(0),
                               None if c is None else c.unsqueeze(0), out.unsqueeze(0),
                               alpha, beta, bias, activation)[0]
-    if reads_c and _overlaps(out, c):
+    if reads_c and overlaps(out, c):
         # autotuning runs the kernel several times: out += beta * C would compound
         fused_gemm(a, b, c, tmp := torch.empty_like(out), alpha, beta, bias, activation,
                    config=config)

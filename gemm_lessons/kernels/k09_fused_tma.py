@@ -65,12 +65,13 @@ from .k08_triton_tma import persistent_programs, tma_ready
 from .k09_epilogue import epilogue_in_halves
 
 __all__ = ["fused_tma_kernel", "TmaConfig", "GPU_CONFIG", "SIM_CONFIG", "default_config",
-           "will_use_tma", "fused_gemm_tma", "gemm_tma", "launch", "asm_job"]
+           "load_tile", "as_descriptor", "will_use_tma", "fused_gemm_tma", "gemm_tma", "launch",
+           "asm_job"]
 
 
 # ----------------------------------------------------------------------------- kernel
 @triton.jit
-def _load_tile(desc, batch, row, col, ROWS: tl.constexpr, COLS: tl.constexpr,
+def load_tile(desc, batch, row, col, ROWS: tl.constexpr, COLS: tl.constexpr,
                IS_3D: tl.constexpr, TRANS: tl.constexpr):
     """The (ROWS, COLS) tile at (row, col) of one operand, by one TMA copy. ``TRANS``: the
     descriptor describes the operand's transpose (its storage), so the (COLS, ROWS) tile is
@@ -126,9 +127,9 @@ def fused_tma_kernel(
         acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)   # fresh every tile
         for ki in range(k_tiles):
             # one bulk copy per operand tile; past M, N or K the copy engine fills zeros
-            a = _load_tile(a_desc, pid_b, off_m, ki * BLOCK_SIZE_K, BLOCK_SIZE_M,
+            a = load_tile(a_desc, pid_b, off_m, ki * BLOCK_SIZE_K, BLOCK_SIZE_M,
                            BLOCK_SIZE_K, A_3D, A_TRANS)
-            b = _load_tile(b_desc, pid_b, ki * BLOCK_SIZE_K, off_n, BLOCK_SIZE_K,
+            b = load_tile(b_desc, pid_b, ki * BLOCK_SIZE_K, off_n, BLOCK_SIZE_K,
                            BLOCK_SIZE_N, B_3D, B_TRANS)
             if UPCAST:   # only in Triton's CPU interpreter, which has no bf16 matmul
                 a = a.to(tl.float32)
@@ -178,7 +179,7 @@ def default_config() -> TmaConfig:
 
 
 # ------------------------------------------------------------------------ launcher
-def _as_descriptor(t3, block_rows, block_cols, batch):
+def as_descriptor(t3, block_rows, block_cols, batch):
     """A TMA descriptor of one operand, t3 of shape (B, rows, cols), and how it is read:
     (descriptor, is_3d, trans), or None if TMA cannot address it in place.
 
@@ -210,8 +211,8 @@ def will_use_tma(a3, b3, alpha=1.0):
     cfg = default_config()
     B = a3.shape[0]
     return (alpha != 0.0
-            and _as_descriptor(a3, cfg.BLOCK_SIZE_M, cfg.BLOCK_SIZE_K, B) is not None
-            and _as_descriptor(b3, cfg.BLOCK_SIZE_K, cfg.BLOCK_SIZE_N, B) is not None)
+            and as_descriptor(a3, cfg.BLOCK_SIZE_M, cfg.BLOCK_SIZE_K, B) is not None
+            and as_descriptor(b3, cfg.BLOCK_SIZE_K, cfg.BLOCK_SIZE_N, B) is not None)
 
 
 def fused_gemm_tma(a3, b3, c3, out, alpha=1.0, beta=0.0, bias=None, activation=None, *,
@@ -227,8 +228,8 @@ def fused_gemm_tma(a3, b3, c3, out, alpha=1.0, beta=0.0, bias=None, activation=N
     N = b3.shape[2]
     reads_ab, reads_c = k09.blas_reads(alpha, beta)
     cfg = config or default_config()
-    da = _as_descriptor(a3, cfg.BLOCK_SIZE_M, cfg.BLOCK_SIZE_K, B) if reads_ab else None
-    db = _as_descriptor(b3, cfg.BLOCK_SIZE_K, cfg.BLOCK_SIZE_N, B) if reads_ab else None
+    da = as_descriptor(a3, cfg.BLOCK_SIZE_M, cfg.BLOCK_SIZE_K, B) if reads_ab else None
+    db = as_descriptor(b3, cfg.BLOCK_SIZE_K, cfg.BLOCK_SIZE_N, B) if reads_ab else None
     if da is None or db is None:
         # alpha == 0 (A and B never read) or an operand TMA cannot address: the pointer
         # kernel, one pass, same epilogue

@@ -21,7 +21,7 @@ What TMA cannot address runs ``k09_fused_splitk`` (the same slices, reduction an
 pointer loads): fp32 operands, an operand whose strides or base a descriptor cannot take
 (see ``k09_fused_tma``), ``alpha == 0``, and an output written over C. B may be given as the
 transposed weight ``W.t()`` of an ``nn.Linear``: the descriptor is built on ``W`` and the
-tile transposed in shared memory (``k09_fused_tma``'s ``_load_tile``). 2-D operands.
+tile transposed in shared memory (``k09_fused_tma``'s ``load_tile``). 2-D operands.
 """
 from __future__ import annotations
 
@@ -36,7 +36,7 @@ from . import k09_fused_epilogue as k09
 from . import k09_fused_splitk as fsk
 from .k07_triton_swizzle import check_offsets, grouped_pid, operands
 from .k09_epilogue import ACTIVATION_CODES, epilogue_in_halves
-from .k09_fused_tma import _as_descriptor, _load_tile
+from .k09_fused_tma import as_descriptor, load_tile
 
 __all__ = ["fused_tma_splitk_kernel", "TMA_CONFIGS", "INTERPRETER_CONFIG",
            "fused_tma_splitk_autotuned", "set_blocks", "uses_tma", "fused_gemm", "gemm", "launch",
@@ -84,9 +84,9 @@ def fused_tma_splitk_kernel(
     # 3. walk the slice: one TMA copy per operand tile, multiply-accumulate in fp32
     acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
     for ki in range(k_first, k_last):
-        a = _load_tile(a_desc, 0, off_m, ki * BLOCK_SIZE_K, BLOCK_SIZE_M, BLOCK_SIZE_K,
+        a = load_tile(a_desc, 0, off_m, ki * BLOCK_SIZE_K, BLOCK_SIZE_M, BLOCK_SIZE_K,
                        False, A_TRANS)
-        b = _load_tile(b_desc, 0, ki * BLOCK_SIZE_K, off_n, BLOCK_SIZE_K, BLOCK_SIZE_N,
+        b = load_tile(b_desc, 0, ki * BLOCK_SIZE_K, off_n, BLOCK_SIZE_K, BLOCK_SIZE_N,
                        False, B_TRANS)
         acc = tl.dot(a, b, acc, input_precision=INPUT_PRECISION)
 
@@ -162,10 +162,12 @@ def _tma_operands(a, b, config):
     """(a, b, precision, (a_desc, a_trans), (b_desc, b_trans)), or None where a descriptor
     cannot address ``a`` or ``b`` in place. Blocks: ``config``'s (its pre_hook sets them
     again for every config the autotuner runs)."""
-    a, b, precision = operands(a, b)     # the interpreter: bf16 widened to fp32
     cfg = config.kwargs
-    da = _as_descriptor(a.unsqueeze(0), cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_K"], 1)
-    db = _as_descriptor(b.unsqueeze(0), cfg["BLOCK_SIZE_K"], cfg["BLOCK_SIZE_N"], 1)
+    blocks = ((cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_K"]), (cfg["BLOCK_SIZE_K"], cfg["BLOCK_SIZE_N"]))
+    if any(as_descriptor(t.unsqueeze(0), *blk, 1) is None for t, blk in zip((a, b), blocks)):
+        return None                      # decided on the operands as given, before widening
+    a, b, precision = operands(a, b)     # the interpreter: bf16 widened to fp32 (same strides)
+    da, db = (as_descriptor(t.unsqueeze(0), *blk, 1) for t, blk in zip((a, b), blocks))
     if da is None or db is None:
         return None
     return a, b, precision, da[::2], db[::2]
@@ -173,7 +175,7 @@ def _tma_operands(a, b, config):
 
 def _may_use_tma(a, c, out, alpha, beta):
     reads_ab, reads_c = k09.blas_reads(alpha, beta)
-    overlap = reads_c and out is not None and c is not None and fsk._overlaps(out, c)
+    overlap = reads_c and out is not None and c is not None and fsk.overlaps(out, c)
     return reads_ab and a.dtype in FP16_BF16 and not overlap
 
 

@@ -61,6 +61,10 @@ class EpilogueBench:
         """Speed of ``name`` relative to ``baseline`` (> 1: faster)."""
         return self.ms[baseline] / self.ms[name]
 
+    def add_note(self, text):
+        """Add ``text`` to the note (several kernels may each leave one)."""
+        self.note = f"{self.note}; {text}" if self.note else text
+
     @property
     def kernels(self):
         """The fused kernels timed (the other entries of ``ms`` are baselines)."""
@@ -158,9 +162,9 @@ def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gel
         res.configs["k09_fused_epilogue"] = str(cfg)
     if "k09_fused_tma" in kernels:
         if not api.runs_here("k09_fused_tma") or dtype == torch.float32:
-            res.note = "k09_fused_tma not timed: it needs sm_90 and fp16/bf16"
+            res.add_note("k09_fused_tma not timed: it needs sm_90 and fp16/bf16")
         elif not tma.will_use_tma(a3, b3):
-            res.note = "k09_fused_tma not timed: TMA cannot address these operands"
+            res.add_note("k09_fused_tma not timed: TMA cannot address these operands")
         else:
             tcfg = tma_config or tma.default_config()
             out_t = torch.empty(1, M, N, dtype=dtype, device=dev)
@@ -168,10 +172,13 @@ def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gel
                 a3, b3, None, out_t, 1.0, 0.0, bias_t, activation, config=tcfg)[0]
             res.configs["k09_fused_tma"] = str(tcfg)
     tuned = {name: mod for name, mod in AUTOTUNED.items() if name in kernels}
-    if "k09_fused_tma_splitk" in tuned and (not api.runs_here("k09_fused_tma_splitk")
-                                            or dtype == torch.float32):
-        res.note = "k09_fused_tma_splitk not timed: it needs sm_90 and fp16/bf16"
-        del tuned["k09_fused_tma_splitk"]
+    if "k09_fused_tma_splitk" in tuned:
+        if not api.runs_here("k09_fused_tma_splitk") or dtype == torch.float32:
+            res.add_note("k09_fused_tma_splitk not timed: it needs sm_90 and fp16/bf16")
+            del tuned["k09_fused_tma_splitk"]
+        elif not tsk.uses_tma(a, b):     # it would time k09_fused_splitk under its name
+            res.add_note("k09_fused_tma_splitk not timed: TMA cannot address these operands")
+            del tuned["k09_fused_tma_splitk"]
     for name, mod in tuned.items():
         out_s = torch.empty(M, N, dtype=dtype, device=dev)
         runs[name] = (lambda mod=mod, out_s=out_s:
