@@ -17,11 +17,14 @@ pruner and shape-bucket key. A descriptor's
 block is the config's tile, so each config carries a ``pre_hook`` that sets the blocks of
 the two descriptors before the autotuner runs it.
 
-What TMA cannot address runs ``k09_fused_splitk`` (the same slices, reduction and epilogue,
-pointer loads): fp32 operands, an operand whose strides or base a descriptor cannot take
-(see ``k09_fused_tma``), ``alpha == 0``, and an output written over C. B may be given as the
-transposed weight ``W.t()`` of an ``nn.Linear``: the descriptor is built on ``W`` and the
-tile transposed in shared memory (``k09_fused_tma``'s ``load_tile``). 2-D operands.
+Where the TMA kernel is not used, ``k09_fused_splitk`` runs (the same slices, reduction and
+epilogue, pointer loads): an operand a descriptor cannot address in place (its base, or a
+stride other than the unit one, not a multiple of 16 bytes: see ``k09_fused_tma``), and for
+other reasons fp32 operands (the configurations are fp16/bf16 ones), ``alpha == 0`` (no K
+loop) and an output written over C. :func:`uses_tma` says which path a call takes. B may be
+given as the transposed weight ``W.t()`` of an ``nn.Linear``: the descriptor is built on
+``W`` and the tile transposed in shared memory (``k09_fused_tma``'s ``load_tile``). 2-D
+operands.
 """
 from __future__ import annotations
 
@@ -140,10 +143,11 @@ def _with_blocks(c):
                    c.num_stages, kw["SPLIT_K"], kw["GROUP_SIZE_M"])
 
 
-# fp16 / bf16: k09_fused_splitk's configurations, and seven that TMA loads made the fastest
-# on some mid shape of the suite (gemm_lessons.shapes.SHAPES_LLM; an H200, every config
-# timed against the others): 128 x 128 tiles 128 deep, or split in two with 5 stages, and
-# 64 x 128 tiles with 5 or 6 stages (more loads in flight).
+# fp16 / bf16: k09_fused_splitk's configurations and seven more, each the fastest of a sweep
+# with TMA loads on some mid shape of the suite (gemm_lessons.shapes.SHAPES_LLM, on an H200):
+# 128 x 128 x 128 with 3 stages, unsplit and split in two; 128 x 128 x 64 split in two with
+# 5 stages; 64 x 128 x 64 with 5 stages (split 1, 2, 4) and 6 stages (split 2). Deeper tiles
+# halve the K-steps; more stages keep more copies in flight.
 TMA_CONFIGS = [_with_blocks(c) for c in k08s.CONFIGS + fsk.FUSED_CONFIGS] + [
     *[_config(128, 128, 128, 8, 3, split_k=s) for s in (1, 2)],
     _config(128, 128, 64, 8, 5, split_k=2),
