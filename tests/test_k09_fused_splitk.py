@@ -117,17 +117,24 @@ def test_two_runs_are_bitwise_equal_and_the_counters_end_at_zero():
     assert torch.equal(outs[0], outs[1])
 
 
-def test_bad_input_gets_a_clear_error():
-    a, b, c, bias = operands(8, 6, 5)
-    out = poisoned(8, 6)
+def assert_clear_errors(fused_gemm, kernel, M, N, K):
+    """A fused launcher's errors for a bias, an activation or a missing C it cannot take,
+    and gl.gemm's for a batch given to a kernel that takes none."""
+    a, b, c, bias = operands(M, N, K)
+    out = poisoned(M, N)
     with pytest.raises(ValueError, match="bias must have shape"):
-        fs.fused_gemm(a, b, None, out, bias=bias[:5])
+        fused_gemm(a, b, None, out, bias=bias[:5])
     with pytest.raises(ValueError, match="activation must be one of"):
-        fs.fused_gemm(a, b, None, out, activation="swish")
+        fused_gemm(a, b, None, out, activation="swish")
     with pytest.raises(ValueError, match="beta != 0 needs c"):
-        fs.fused_gemm(a, b, None, out, beta=1.0)
+        fused_gemm(a, b, None, out, beta=1.0)
     with pytest.raises(ValueError, match="batched"):
-        gl.gemm(a.unsqueeze(0), b.unsqueeze(0), kernel="k09_fused_splitk")
+        gl.gemm(a.unsqueeze(0).expand(2, -1, -1), b.unsqueeze(0).expand(2, -1, -1),
+                kernel=kernel)
+
+
+def test_bad_input_gets_a_clear_error():
+    assert_clear_errors(fs.fused_gemm, "k09_fused_splitk", 8, 6, 5)
 
 
 def test_it_shares_lesson_08s_configs_key_and_pruner():

@@ -12,7 +12,8 @@ from gemm_lessons.kernels import k08_triton_splitk as sk
 from gemm_lessons.kernels import k09_fused_splitk as fs
 from gemm_lessons.kernels import k09_fused_tma_splitk as ts
 
-from test_k09_fused_splitk import assert_close, operands, poisoned, reference
+from test_k09_fused_splitk import (assert_clear_errors, assert_close, operands, poisoned,
+                                   reference)
 
 SMALL = dict(BM=16, BN=16, BK=16, num_warps=1, num_stages=1, group_size_m=2)
 if engines.on_gpu():
@@ -150,17 +151,7 @@ def test_it_shares_lesson_08s_key_and_pruner():
 
 
 def test_bad_input_gets_a_clear_error():
-    a, b, c, bias = operands(8, 16, 16)
-    out = poisoned(8, 16)
-    with pytest.raises(ValueError, match="bias must have shape"):
-        ts.fused_gemm(a, b, None, out, bias=bias[:5])
-    with pytest.raises(ValueError, match="activation must be one of"):
-        ts.fused_gemm(a, b, None, out, activation="swish")
-    with pytest.raises(ValueError, match="beta != 0 needs c"):
-        ts.fused_gemm(a, b, None, out, beta=1.0)
-    with pytest.raises(ValueError, match="batched"):
-        gl.gemm(a.unsqueeze(0).expand(2, -1, -1), b.unsqueeze(0).expand(2, -1, -1),
-                kernel="k09_fused_tma_splitk")
+    assert_clear_errors(ts.fused_gemm, "k09_fused_tma_splitk", 8, 16, 16)
 
 
 @pytest.mark.skipif(engines.on_gpu(), reason="compiles for sm_90 with this machine's Triton")
