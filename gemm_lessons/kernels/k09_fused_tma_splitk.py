@@ -131,16 +131,10 @@ def set_blocks(nargs):
     nargs["b_desc"].block_shape = [BN, BK] if nargs["B_TRANS"] else [BK, BN]
 
 
-def _config(BM, BN, BK, num_warps, num_stages, split_k=1, group_size_m=8):
-    c = k08s.make_config(BM, BN, BK, num_warps, num_stages, split_k, group_size_m)
-    c.pre_hook = set_blocks
-    return c
-
-
 def _with_blocks(c):
-    kw = c.kwargs
-    return _config(kw["BLOCK_SIZE_M"], kw["BLOCK_SIZE_N"], kw["BLOCK_SIZE_K"], c.num_warps,
-                   c.num_stages, kw["SPLIT_K"], kw["GROUP_SIZE_M"])
+    """``c`` (a ``k08_triton_splitk.make_config``) carrying the :func:`set_blocks` pre_hook."""
+    return triton.Config(dict(c.kwargs), num_warps=c.num_warps, num_stages=c.num_stages,
+                         pre_hook=set_blocks)
 
 
 # fp16 / bf16: k09_fused_splitk's configurations and seven more, each the fastest of a sweep
@@ -148,12 +142,12 @@ def _with_blocks(c):
 # 128 x 128 x 128 with 3 stages, unsplit and split in two; 128 x 128 x 64 split in two with
 # 5 stages; 64 x 128 x 64 with 5 stages (split 1, 2, 4) and 6 stages (split 2). Deeper tiles
 # halve the K-steps; more stages keep more copies in flight.
-TMA_CONFIGS = [_with_blocks(c) for c in k08s.CONFIGS + fsk.FUSED_CONFIGS] + [
-    *[_config(128, 128, 128, 8, 3, split_k=s) for s in (1, 2)],
-    _config(128, 128, 64, 8, 5, split_k=2),
-    *[_config(64, 128, 64, 4, 5, split_k=s) for s in (1, 2, 4)],
-    _config(64, 128, 64, 4, 6, split_k=2),
-]
+TMA_CONFIGS = [_with_blocks(c) for c in k08s.CONFIGS + fsk.FUSED_CONFIGS + [
+    *[k08s.make_config(128, 128, 128, 8, 3, split_k=s) for s in (1, 2)],
+    k08s.make_config(128, 128, 64, 8, 5, split_k=2),
+    *[k08s.make_config(64, 128, 64, 4, 5, split_k=s) for s in (1, 2, 4)],
+    k08s.make_config(64, 128, 64, 4, 6, split_k=2),
+]]
 # Triton's interpreter: lesson 08's small config that splits K in two, the one its pruner
 # keeps there (the launcher gives the descriptors its blocks)
 INTERPRETER_CONFIG = k08s.INTERPRETER_CONFIG
@@ -168,13 +162,19 @@ def _tma_operands(a, b, config):
     again for every config the autotuner runs)."""
     cfg = config.kwargs
     blocks = ((cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_K"]), (cfg["BLOCK_SIZE_K"], cfg["BLOCK_SIZE_N"]))
-    if any(as_descriptor(t.unsqueeze(0), *blk, 1) is None for t, blk in zip((a, b), blocks)):
-        return None                      # decided on the operands as given, before widening
-    a, b, precision = operands(a, b)     # the interpreter: bf16 widened to fp32 (same strides)
-    da, db = (as_descriptor(t.unsqueeze(0), *blk, 1) for t, blk in zip((a, b), blocks))
-    if da is None or db is None:
+
+    def describe(*ops):
+        return [as_descriptor(t.unsqueeze(0), *blk, 1) for t, blk in zip(ops, blocks)]
+    descs = describe(a, b)               # decided on the operands as given
+    if None in descs:
         return None
-    return a, b, precision, da[::2], db[::2]
+    wa, wb, precision = operands(a, b)
+    if wa is not a:                      # the interpreter widened bf16 to fp32 copies
+        descs = describe(wa, wb)
+        if None in descs:
+            return None
+    da, db = descs
+    return wa, wb, precision, da[::2], db[::2]
 
 
 def _may_use_tma(a, c, out, alpha, beta):
