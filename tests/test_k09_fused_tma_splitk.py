@@ -119,6 +119,18 @@ def test_autotuned_through_gl_gemm(pointer_calls):
     assert ts.chosen_config() != "none yet (call the kernel first)"
 
 
+def test_a_transposed_weight_is_tuned_apart_from_a_row_major_b():
+    # W.t() compiles another kernel (B_TRANS): a config tuned for row-major B is not reused
+    a, _, _, bias = operands(33, 48, 64, seed=6)
+    w = torch.randn(48, 64, generator=torch.Generator().manual_seed(7)).to(a.dtype).to(a.device)
+    tuned = ts.fused_tma_splitk_autotuned
+    tuned.cache.clear()
+    for b in (w.t().contiguous(), w.t()):
+        ts.fused_gemm(a, b, None, poisoned(33, 48), 1.0, 0.0, bias, "gelu")
+    b_trans = [key[tuned.keys.index("B_TRANS")] for key in tuned.cache]
+    assert sorted(b_trans) == [False, True], list(tuned.cache)
+
+
 def test_each_config_sets_the_descriptors_blocks_to_its_tiles():
     class Desc:
         block_shape = None
@@ -135,7 +147,7 @@ def test_each_config_sets_the_descriptors_blocks_to_its_tiles():
 
 def test_it_shares_lesson_08s_key_and_pruner():
     tuned = ts.fused_tma_splitk_autotuned
-    assert tuned.keys == sk.splitk_autotuned.keys
+    assert tuned.keys == sk.splitk_autotuned.keys + ["A_TRANS", "B_TRANS"]
     assert tuned.configs == ts.TMA_CONFIGS
     assert tuned.early_config_prune is sk.prune
     assert len({sk.label(c) for c in ts.TMA_CONFIGS}) == len(ts.TMA_CONFIGS), "listed twice"

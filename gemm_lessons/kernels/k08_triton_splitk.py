@@ -230,12 +230,13 @@ def graph_timer(fn, quantiles=None):
     return do_bench_cudagraph(fn, quantiles=quantiles)
 
 
-def autotune(kernel=splitk_kernel, configs=None, do_bench=graph_timer, prune_configs=prune):
-    """``kernel`` under ``triton.autotune``, keyed on the shape bucket (M_BUCKET, N, K),
-    its configs timed by ``do_bench`` (:func:`graph_timer`)."""
+def autotune(kernel=splitk_kernel, configs=None, do_bench=graph_timer, prune_configs=prune,
+             extra_key=()):
+    """``kernel`` under ``triton.autotune``, keyed on the shape bucket (M_BUCKET, N, K) and
+    the arguments named in ``extra_key``, its configs timed by ``do_bench`` (:func:`graph_timer`)."""
     return triton.autotune(
         configs=CONFIGS + FP32_CONFIGS if configs is None else configs,
-        key=["M_BUCKET", "N", "K"],       # (and the operands' dtypes, which Triton adds)
+        key=["M_BUCKET", "N", "K", *extra_key],   # (and the operands' dtypes, which Triton adds)
         prune_configs_by=None if prune_configs is None else {"early_config_prune": prune_configs},
         do_bench=do_bench,
     )(kernel)

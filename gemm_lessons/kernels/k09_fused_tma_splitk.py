@@ -13,7 +13,8 @@ epilogue are ``k09_fused_splitk``'s. Unlike ``k09_fused_tma`` the grid is not pe
 on the suite's mid shapes one program per tile and slice, in one or two waves, is what wins.
 
 Configurations (:data:`TMA_CONFIGS`): ``k09_fused_splitk``'s and seven more, under lesson 08's
-pruner and shape-bucket key. A descriptor's
+pruner and shape-bucket key, with the layout flags ``A_TRANS`` and ``B_TRANS`` added to the
+key (``W.t()`` is another compiled kernel, tuned apart). A descriptor's
 block is the config's tile, so each config carries a ``pre_hook`` that sets the blocks of
 the two descriptors before the autotuner runs it.
 
@@ -152,8 +153,10 @@ TMA_CONFIGS = [_with_blocks(c) for c in k08s.CONFIGS + fsk.FUSED_CONFIGS + [
 # keeps there (the launcher gives the descriptors its blocks)
 INTERPRETER_CONFIG = k08s.INTERPRETER_CONFIG
 
-# lesson 08's pruner and shape-bucket key (the pruner reads the dtype off a descriptor)
-fused_tma_splitk_autotuned = k08s.autotune(fused_tma_splitk_kernel, configs=TMA_CONFIGS)
+# lesson 08's pruner and shape-bucket key (the pruner reads the dtype off a descriptor), and
+# the operands' layouts: W.t() compiles another kernel (B_TRANS), which is tuned on its own
+fused_tma_splitk_autotuned = k08s.autotune(fused_tma_splitk_kernel, configs=TMA_CONFIGS,
+                                           extra_key=("A_TRANS", "B_TRANS"))
 
 
 def _tma_operands(a, b, config):
