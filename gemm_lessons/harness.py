@@ -396,8 +396,9 @@ class BenchResult:
                 f"TFLOP/s; ratio {self.ratio:.2f}x")
 
 
-SIMULATOR_NOTE = ("timings need a GPU: the simulator runs each CUDA thread as a Python "
-                  "thread, so its times say nothing about the kernel")
+SIMULATOR_NOTE = ("timings need a GPU: on the CPU, numba's simulator runs each CUDA thread as "
+                  "a Python thread and Triton's interpreter runs each program with NumPy, so "
+                  "their times say nothing about the kernel")
 
 
 def bench(run, name, M, N=None, K=None, dtype=torch.float32, *, seed=0, baseline=True,
