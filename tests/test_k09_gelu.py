@@ -73,8 +73,15 @@ def test_polynomial_is_the_fitted_one(tool):
             expr = ln.split("=", 1)[1].split("#")[0].strip()
             shipped.append(float(expr.removeprefix("p * a").replace(" ", "")))
     assert len(shipped) == fit.DEGREE + 1
-    assert np.allclose(shipped, c[::-1], rtol=1e-9, atol=1e-12), (shipped, c[::-1])
     assert f"a < {fit.A_MAX}" in src
+    # the kernel's polynomial keeps the promise of its docstring: Phi(-a) within 3e-7
+    assert fit.max_rel_error(np.array(shipped[::-1])) < 3e-7
+    # and it is the tool's fit, compared by value: the coefficients themselves move in their
+    # third digit from one LAPACK to another (see fit_gelu.fit), the values by about 1e-7
+    # in log2 at most; one coefficient edited by 0.1 % moves them by about 2e-3
+    a = np.linspace(0, fit.A_MAX, 20001)
+    apart = np.abs(np.polyval(shipped, a) - np.polyval(c[::-1], a)).max()
+    assert apart < 1e-6, f"the kernel's polynomial is {apart:.1e} (log2) away from the fit"
     assert fit.max_rel_error(c) < 3e-7
 
 
