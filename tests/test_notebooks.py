@@ -91,7 +91,8 @@ def test_solutions_are_nbgrader_sources(path):
 def test_release_stubs_and_todo_counts():
     sys.path.insert(0, str(ROOT / "tools"))
     import make_exercises
-    nb = {"cells": [{"cell_type": "code", "execution_count": None, "outputs": [], "source":
+    nb = {"cells": [{"cell_type": "code", "id": "a", "execution_count": None, "outputs": [],
+                     "source":
                      "@cuda.jit\ndef k(A):\n    i = 0\n    # TODO (about 2 lines): index\n"
                      "    ### BEGIN SOLUTION\n    j = i + 1\n    A[j] = 1\n    ### END SOLUTION\n",
                      "metadata": {"nbgrader": {"grade": False, "grade_id": "a", "locked": False,
