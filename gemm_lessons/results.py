@@ -6,6 +6,7 @@ lesson 10 on a laptop) can read the numbers measured by ``python -m gemm_lessons
 from __future__ import annotations
 
 import csv
+import re
 from pathlib import Path
 
 import torch
@@ -131,3 +132,66 @@ def _read_cached(path):
     if path not in _CACHE:
         _CACHE[path] = read_csv(path)
     return _CACHE[path]
+
+
+# ------------------------------------------------------------------ recorded Nsight Compute runs
+RECORDED = HERE / "recorded"
+
+
+class NcuLaunch:
+    """One kernel launch in a recorded ``ncu`` report (``tools/record_ncu.sh``): its name as
+    ncu prints it, its grid and block, and the numeric metrics of its sections."""
+
+    def __init__(self, name, grid, block):
+        self.name, self.grid, self.block = name, grid, block
+        self.metrics = {}                 # "Elapsed Cycles" -> 76613.0, ...
+
+    @property
+    def short_name(self):
+        """The name without ``void``, template arguments and parameters."""
+        name = self.name[5:] if self.name.startswith("void ") else self.name
+        for stop in "<([":
+            name = name.split(stop, 1)[0]
+        return name.strip()
+
+    def __getitem__(self, metric):
+        return self.metrics[metric]
+
+    def __repr__(self):
+        return f"NcuLaunch({self.short_name!r}, grid={self.grid}, block={self.block})"
+
+
+def _dims(text):
+    return tuple(int(x) for x in text.split(","))
+
+
+def read_ncu(name):
+    """(command, preamble, [NcuLaunch]) of the recording ``name`` in
+    ``gemm_lessons/results/recorded``: the command line that made it (its first line, after
+    ``$ ``), what the profiled program printed before the first launch (lines), and each
+    profiled launch in order, with the metrics whose values are numbers (``1,024`` read as
+    1024)."""
+    lines = (RECORDED / name).read_text().splitlines()
+    if not lines or not lines[0].startswith("$ "):
+        raise ValueError(f"{name}: a recording starts with '$ ' and the command that made it")
+    head = re.compile(r"^  (\S.*) \(([\d, ]+)\)x\(([\d, ]+)\), Context ")
+    launches, preamble = [], []
+    for line in lines[1:]:
+        m = head.match(line)
+        if m:
+            launches.append(NcuLaunch(m.group(1), _dims(m.group(2)), _dims(m.group(3))))
+            continue
+        if not launches:
+            if not re.match(r"^\[\d+\] ", line):     # ncu's line naming the process
+                preamble.append(line)
+            continue
+        if not line.startswith("    ") or line.startswith("     "):
+            continue                      # an advice paragraph
+        parts = re.split(r"\s{2,}", line.strip())
+        if len(parts) in (2, 3):
+            value = parts[-1].replace(",", "")
+            try:
+                launches[-1].metrics[parts[0]] = float(value)
+            except ValueError:
+                pass                      # a table's header or rule, a policy's name
+    return lines[0][2:], preamble, launches

@@ -2,6 +2,7 @@
 # Record the Nsight Compute output that lessons 01, 03 and 05 show, on a GPU host.
 #
 #   bash tools/record_ncu.sh            # from the repository root, with the venv active
+#   bash tools/record_ncu.sh k09        # only the recordings whose file name contains "k09"
 #
 # Each recording is one text file in gemm_lessons/results/recorded/: its first line is the
 # command that produced it (prefixed "$ "), the rest is that command's output. The notebooks
@@ -12,6 +13,7 @@ cd "$(dirname "$0")/.."
 OUT=gemm_lessons/results/recorded
 mkdir -p "$OUT"
 command -v ncu >/dev/null || { echo "ncu (Nsight Compute) is not on the PATH" >&2; exit 1; }
+only="${1:-}"
 
 # Runs the registered kernels named on the command line once each, on seeded random n x n
 # operands (n and the dtype first): the process ncu profiles.
@@ -26,10 +28,13 @@ torch.cuda.synchronize()'
 
 record() {   # record FILE COMMAND...: the command line, then its output, into $OUT/FILE
     local file="$OUT/$1"; shift
+    case "$file" in *"$only"*) ;; *) return 0;; esac
     local shown="$*"
     shown="${shown//"$DRIVER"/<driver>}"
     { echo "\$ $shown"
-      echo "# <driver>: the python -c program in tools/record_ncu.sh (runs each named kernel once)"
+      case "$shown" in *"<driver>"*)
+        echo "# <driver>: the python -c program in tools/record_ncu.sh (runs each named kernel once)";;
+      esac
       "$@" 2>&1 | grep -v '^==PROF==' ; } > "$file.tmp"
     mv "$file.tmp" "$file"
     echo "wrote $file"
@@ -55,3 +60,10 @@ record ncu_k05_wmma_stalls.txt \
         --section SpeedOfLight --section Occupancy --section WarpStateStats \
         --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
         python -c "$DRIVER" 4096 float16 k05_wmma
+
+# Lesson 09: what cuBLAS runs for eager's addmm and for mm alone on 1024 x 1024 x 16384, the
+# suite's shape where the fused kernel loses, beside k09_fused_tma_splitk as its autotuner
+# picks and with the tile of cuBLAS's addmm kernel (128 x 64, 8 stages, K not split)
+record ncu_k09_1024x1024x16384.txt \
+    ncu --profile-from-start off --section SpeedOfLight --section LaunchStats \
+        python tools/profile_k09_shape.py --shape 1024x1024x16384 --config 128x64x64:k1:w4:s8:g1
