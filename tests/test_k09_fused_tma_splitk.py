@@ -3,6 +3,8 @@ right with K cut in 1 to 4 slices on operands a descriptor can address (ragged M
 tiles, K shorter than a tile, A column-major, B given as W.t()), through the pointer kernel
 where it cannot; the descriptors' blocks set per config; lesson 08's key and pruner.
 Outputs are NaN-poisoned before every run and compared with a float64 reference."""
+import argparse
+
 import gemm_lessons as gl  # first: it switches on Triton's interpreter when there is no GPU
 import pytest
 import torch
@@ -234,3 +236,27 @@ def test_the_suite_leaves_out_a_kernel_this_gpu_cannot_run(tmp_path, tool, monke
     rows = {r.kernel for _, r in results.read_csv(path)[0]}
     assert rows == {"k09_fused_splitk_vs_eager", "k09_fused_splitk_vs_compile",
                     "k09_fused_splitk_vs_mm", "eager_vs_mm", "compile_vs_mm"}
+
+
+def test_the_profiling_tool_reads_configs_and_refuses_bad_ones(tool):
+    prof = tool("profile_k09_shape")
+    c = prof.config_arg("128x64x64:k1:w4:s8:g1")
+    assert (sk.label(c), c.kwargs["GROUP_SIZE_M"]) == ("128x64x64 k1 w4 s8", 1)
+    for bad in ("128x64x64", "128x64x64:k0:w4:s8:g1", "a:b"):
+        with pytest.raises(argparse.ArgumentTypeError, match="BMxBNxBK|at least 1"):
+            prof.config_arg(bad)
+    if not engines.on_gpu():
+        assert prof.main([]) == 2                   # says it needs sm_90, runs nothing
+
+
+def test_the_suite_summary_reads_both_recordings():
+    from gemm_lessons.labs import k09 as lab
+    for name in ("h200_epilogue_shapes.csv", "h200_epilogue_shapes_rerun.csv"):
+        ratio = lab.suite_ratios(name, "k09_fused_tma_splitk", "eager")
+        assert len(ratio) == 21
+        geo, lo, hi, below = lab.summarize(ratio)
+        assert min(ratio.values()) == ratio[lo] <= geo <= ratio[hi] == max(ratio.values())
+        assert below == sum(v < 1 for v in ratio.values())
+    assert lab.summarize({(1, 1, 1): 0.5, (2, 2, 2): 2.0})[0] == pytest.approx(1.0)
+    with pytest.raises(ValueError, match="no ratios"):
+        lab.summarize(lab.suite_ratios("h200_epilogue_shapes.csv", "no_such_kernel", "eager"))

@@ -5,24 +5,26 @@ kernels against torch eager and ``torch.compile``, and split-K against no split.
     lab.fusion_bytes(8192, 16384)                 # bytes, unfused vs fused
     print(lab.bench_epilogue())                    # on a GPU: one run, every baseline
     lab.bench_split_k(256, 256, 65536)             # {label: ms}
+    lab.suite_ratios("h200_epilogue_shapes.csv", "k09_fused_tma_splitk", "eager")
 
 Each benchmark checks what it times against torch first, and times the baselines in the
 same run (ratios, never a lone time). Off the GPU nothing is timed: the result says so.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import torch
 
-from .. import api, common, engines, harness
+from .. import api, common, engines, harness, results
 from ..kernels import k09_fused_epilogue as k09
 from ..kernels import k09_fused_splitk as fsk
 from ..kernels import k09_fused_tma_splitk as tsk
 from ..kernels import k09_fused_tma as tma
 
 __all__ = ["fusion_bytes", "EpilogueBench", "epilogue_operands", "bench_epilogue",
-           "bench_split_k", "BASELINES", "KERNEL_NAMES"]
+           "bench_split_k", "suite_ratios", "summarize", "BASELINES", "KERNEL_NAMES"]
 
 
 def fusion_bytes(M, N, dtype=torch.float16, unfused_passes=1):
@@ -236,3 +238,22 @@ def bench_split_k(M=256, N=256, K=65536, dtype=torch.float16, *, splits=(1, "aut
     runs["cuBLAS"] = lambda: torch.mm(a, b, out=mm_out)
     times.update(harness.time_cuda_many(runs))      # batches interleaved
     return times
+
+
+# ------------------------------------------------------------------ the recorded shape suite
+def suite_ratios(csv_name, kernel, base):
+    """{(M, N, K): ratio} of ``kernel`` against ``base`` ("eager", "compile" or "mm") in a
+    recording of ``tools/epilogue_suite.py`` in ``gemm_lessons/results`` (above 1: the
+    kernel is faster), in the suite's order."""
+    rows, _, _ = results.read_csv(results.HERE / csv_name)
+    return {(r.M, r.N, r.K): r.ratio for _, r in rows if r.kernel == f"{kernel}_vs_{base}"}
+
+
+def summarize(ratios):
+    """(geometric mean, the lowest shape, the highest shape, how many are below 1) of
+    :func:`suite_ratios`' result."""
+    if not ratios:
+        raise ValueError("no ratios to summarize: is the kernel in that recording?")
+    geo = math.exp(sum(math.log(v) for v in ratios.values()) / len(ratios))
+    return (geo, min(ratios, key=ratios.get), max(ratios, key=ratios.get),
+            sum(v < 1 for v in ratios.values()))
