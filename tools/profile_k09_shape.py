@@ -4,8 +4,8 @@ fused bias + gelu product launched once, after warm-up, between ``cudaProfilerSt
 
 Contenders, in this order: torch eager (``addmm`` with the bias, then ``gelu``: two
 kernels), cuBLAS's ``mm`` alone, ``k09_fused_tma_splitk`` as its autotuner picks, and
-``k09_fused_tma_splitk`` with each ``--config`` given as it is (no tuning). Each is checked
-against eager first. Needs a GPU that runs ``k09_fused_tma_splitk`` (sm_90). Run it under
+``k09_fused_tma_splitk`` with each ``--config`` given as it is (no tuning). Each fused result
+is checked against eager first. Needs a GPU that runs ``k09_fused_tma_splitk`` (sm_90). Run it under
 ncu through ``tools/record_ncu.sh k09``, which writes
 ``gemm_lessons/results/recorded/ncu_k09_1024x1024x16384.txt``:
 

@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
-# Record the Nsight Compute output that lessons 01, 03 and 05 show, on a GPU host.
+# Record the Nsight Compute output that lessons 01, 03, 05 and 09 show, on a GPU host.
 #
 #   bash tools/record_ncu.sh            # from the repository root, with the venv active
 #   bash tools/record_ncu.sh k09        # only the recordings whose file name contains "k09"
 #
 # Each recording is one text file in gemm_lessons/results/recorded/: its first line is the
-# command that produced it (prefixed "$ "), the rest is that command's output. The notebooks
-# print these files as they are; re-execute notebooks 01, 03 and 05 afterwards so that their
-# stored outputs hold the recordings.
+# command that produced it (prefixed "$ "), the rest is that command's output. Notebooks 01,
+# 03 and 05 print these files as they are, notebook 09 reads its own with
+# gemm_lessons.results.read_ncu; re-execute them afterwards so that their stored outputs hold
+# the recordings.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 OUT=gemm_lessons/results/recorded
@@ -63,7 +64,8 @@ record ncu_k05_wmma_stalls.txt \
 
 # Lesson 09: what cuBLAS runs for eager's addmm and for mm alone on 1024 x 1024 x 16384, the
 # suite's shape where the fused kernel loses, beside k09_fused_tma_splitk as its autotuner
-# picks and with the tile of cuBLAS's addmm kernel (128 x 64, 8 stages, K not split)
+# picks and on the tile named in cuBLAS's addmm kernel ("128x64_64x8", read as a 128 x 64 tile,
+# K-steps of 64, 8 stages; K not split)
 record ncu_k09_1024x1024x16384.txt \
     ncu --profile-from-start off --section SpeedOfLight --section LaunchStats \
         python tools/profile_k09_shape.py --shape 1024x1024x16384 --config 128x64x64:k1:w4:s8:g1
