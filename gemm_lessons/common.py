@@ -14,6 +14,8 @@ Imports neither numba nor triton, and nothing above :mod:`gemm_lessons.engines`.
 """
 from __future__ import annotations
 
+import math
+
 import importlib
 import os
 import pickle
@@ -24,7 +26,7 @@ from functools import lru_cache
 from . import engines
 
 __all__ = ["cdiv", "grouped_order", "NOMINAL_SMS", "sm_count", "smem_optin", "simulated",
-           "run_on_simulator", "dtype_name"]
+           "run_on_simulator", "dtype_name", "geomean"]
 
 NOMINAL_SMS = 132      # an H100/H200 (SXM): the SM count used where there is no GPU
 
@@ -102,3 +104,10 @@ def run_on_simulator(target: str, *args):
         raise RuntimeError("running {} on the simulator failed:\n{}".format(
             target, proc.stderr.decode(errors="replace")[-3000:]))
     return pickle.loads(proc.stdout)
+
+
+def geomean(xs):
+    """The geometric mean of positive numbers (how the course averages ratios over shapes);
+    NaN for none."""
+    xs = list(xs)
+    return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")

@@ -92,3 +92,10 @@ def test_lesson_09s_recording_has_the_launches_the_lesson_unpacks():
     assert len(names) == 6 and "bias" in names[0] and "splitK" in names[2]
     assert "splitKreduce" in names[3] and names[4] == names[5] == "fused_tma_splitk_kernel"
     assert any("autotuner picked" in line for line in said)
+
+
+def test_geomean_is_the_one_average_of_ratios():
+    from gemm_lessons.common import geomean
+    assert geomean([0.5, 2.0]) == pytest.approx(1.0)
+    assert geomean(iter([4.0])) == pytest.approx(4.0)
+    assert geomean([]) != geomean([])                     # NaN for none

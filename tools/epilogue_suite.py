@@ -20,7 +20,6 @@ alone adds its rows and leaves the baselines' own.
 from __future__ import annotations
 
 import argparse
-import math
 import statistics
 import sys
 
@@ -29,6 +28,7 @@ import torch
 import gemm_lessons as gl
 from gemm_lessons import results
 from gemm_lessons.__main__ import _versions
+from gemm_lessons.common import geomean
 from gemm_lessons.labs import k09 as lab
 from gemm_lessons.shapes import SHAPES_LLM, shape_arg, shape_name
 
@@ -104,7 +104,7 @@ def main(argv=None):
     for (k, key), rs in ratios.items():
         if not rs:
             continue
-        geo = math.exp(sum(map(math.log, rs)) / len(rs))
+        geo = geomean(rs)
         print(f"{k} vs torch {key}: geomean {geo:.2f}x  min {min(rs):.2f}x  "
               f"max {max(rs):.2f}x over {len(rs)} shapes")
     if args.csv:

@@ -13,7 +13,6 @@ shapes exceeds the GPU's work for every kernel and for torch.mm alike, is left o
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 
 import torch
@@ -21,6 +20,7 @@ import torch
 import gemm_lessons as gl
 from gemm_lessons import harness, results
 from gemm_lessons.__main__ import _versions
+from gemm_lessons.common import geomean
 from gemm_lessons.shapes import SHAPES_LLM, shape_arg, shape_name
 
 DEFAULT_KERNELS = ["k06_wgmma", "k07_triton_swizzle", "k08_triton_autotune", "k08_triton_tma",
@@ -69,7 +69,7 @@ def main(argv=None):
     for k in kernels:
         ratios = [r.ratio for r in rows if r.kernel == k]
         if ratios:
-            geo = math.exp(sum(map(math.log, ratios)) / len(ratios))
+            geo = geomean(ratios)
             print(f"{k:22s} geomean {geo:.2f}  min {min(ratios):.2f}  max {max(ratios):.2f} "
                   f"over {len(ratios)} shapes")
     if args.csv and rows:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import csv
-import math
 import sys
 import time
 
@@ -32,7 +31,7 @@ import torch
 
 import gemm_lessons as gl
 from gemm_lessons import harness
-from gemm_lessons.common import sm_count
+from gemm_lessons.common import geomean, sm_count
 from gemm_lessons.kernels import k08_triton_splitk as sk
 from gemm_lessons.shapes import SHAPES_LLM, shape_arg, shape_name
 
@@ -110,11 +109,9 @@ def summary(rows, near=NEAR):
             if float(r["ms"]) <= (1 + near) * float(best["ms"]):
                 close.setdefault(r["config"], []).append(shape_name(*s))
 
-    def geo(xs):
-        return math.exp(sum(map(math.log, xs)) / len(xs)) if xs else float("nan")
-    lines.append(f"geomean of the best ratios {geo(best_ratios):.3f} (min "
+    lines.append(f"geomean of the best ratios {geomean(best_ratios):.3f} (min "
                  f"{min(best_ratios, default=float('nan')):.2f}); with the pruner's choice "
-                 f"{geo(pruned_ratios):.3f} (min {min(pruned_ratios, default=float('nan')):.2f})")
+                 f"{geomean(pruned_ratios):.3f} (min {min(pruned_ratios, default=float('nan')):.2f})")
     lines.append(f"configs ever best or within {near:.0%} of the best ({len(close)}):")
     for cfg, where in sorted(close.items(), key=lambda kv: -len(kv[1])):
         lines.append(f"  {cfg:24s} {len(where):2d} shapes: {', '.join(where)}")

@@ -12,7 +12,6 @@ same run (ratios, never a lone time). Off the GPU nothing is timed: the result s
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import torch
@@ -254,6 +253,5 @@ def summarize(ratios):
     :func:`suite_ratios`' result."""
     if not ratios:
         raise ValueError("no ratios to summarize: is the kernel in that recording?")
-    geo = math.exp(sum(math.log(v) for v in ratios.values()) / len(ratios))
-    return (geo, min(ratios, key=ratios.get), max(ratios, key=ratios.get),
+    return (common.geomean(ratios.values()), min(ratios, key=ratios.get), max(ratios, key=ratios.get),
             sum(v < 1 for v in ratios.values()))
