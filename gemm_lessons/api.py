@@ -48,8 +48,21 @@ def _check_tensor(what, t, entry, ndims=(2,)):
         raise ValueError(f"{what} has an empty dimension {tuple(t.shape)}: M, N, K must be >= 1")
 
 
+def _gpu_only_message(entry):
+    need = ".".join(map(str, entry.min_cc))
+    if entry.cc_below is not None:
+        need += " up to (not including) " + ".".join(map(str, entry.cc_below))
+    instead = [k.name for k in _registry.entries()
+               if k.lesson == entry.lesson and k.step == entry.step - 1]
+    return (f"{entry.name} is written in Gluon, which compiles for a GPU only (Triton's "
+            f"interpreter cannot run it): it needs a GPU of compute capability {need}"
+            + (f"; {instead[0]} runs the same computation here" if instead else ""))
+
+
 def _check_capability(entry):
     eng = _backend.engine()
+    if not entry.simulator and (eng.kind != "cuda" or not entry.runs_on(eng.capability)):
+        raise UnsupportedDevice(_gpu_only_message(entry))
     if eng.kind == "cuda" and not entry.runs_on(eng.capability):
         need = ".".join(map(str, entry.min_cc)) + " or newer"
         if entry.cc_below is not None:
@@ -64,11 +77,12 @@ def _check_capability(entry):
 
 
 def runs_here(kernel) -> bool:
-    """Whether ``kernel`` runs on this engine: always on the simulator; on a GPU when it has
-    the kernel's instructions (``k06_wgmma``'s wgmma exists on compute capability 9.x only)."""
+    """Whether ``kernel`` runs on this engine: on the simulator unless it is GPU-only (a
+    Gluon kernel); on a GPU when it has the kernel's instructions (``k06_wgmma``'s wgmma
+    exists on compute capability 9.x only)."""
     entry = _registry.get(kernel)
     eng = _backend.engine()
-    return eng.kind != "cuda" or entry.runs_on(eng.capability)
+    return entry.simulator if eng.kind != "cuda" else entry.runs_on(eng.capability)
 
 
 def _validate_pair(a, b, entry):
@@ -526,6 +540,8 @@ def check_anywhere(kernel):
     entry = _registry.get(kernel)
     if runs_here(entry.name):
         return str(check(entry.name))
+    if not entry.simulator:
+        raise UnsupportedDevice(_gpu_only_message(entry))
     return _check_in_child(entry.name)
 
 

@@ -47,6 +47,7 @@ def _compile_here(qualname, args, constants, num_warps, num_stages, cc):
     from triton.compiler import ASTSource
 
     fn = _resolve(qualname)
+    gluon = getattr(fn, "is_gluon", lambda: False)()
     names = list(fn.arg_names)
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(names):
@@ -57,7 +58,8 @@ def _compile_here(qualname, args, constants, num_warps, num_stages, cc):
         value = args[name]
         if isinstance(value, dict):                    # a TMA descriptor: dtype, block shape
             block = ", ".join(str(n) for n in value["block"])
-            signature[name] = f"tensordesc<{_PTR[value['desc']][1:]}[{block}]>"
+            layout = f",{_gluon_layout(value)!r}" if gluon else ""   # Gluon: its smem layout
+            signature[name] = f"tensordesc<{_PTR[value['desc']][1:]}[{block}]{layout}>"
             continue
         if isinstance(value, str):                     # a pointer: its element dtype
             signature[name] = _PTR[value]
@@ -69,11 +71,19 @@ def _compile_here(qualname, args, constants, num_warps, num_stages, cc):
             signature[name] = "i32"
             if value % 16 == 0:
                 attrs[(i,)] = [["tt.divisibility", 16]]
+    if gluon:
+        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
     src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     k = triton.compile(src, target=GPUTarget("cuda", cc[0] * 10 + cc[1], 32),
                        options={"num_warps": num_warps, "num_stages": num_stages})
     return {"ttgir": k.asm.get("ttgir", ""), "ptx": k.asm["ptx"], "sass": _sass(k.asm["cubin"]),
             "shared": int(k.metadata.shared), "num_warps": int(k.metadata.num_warps)}
+
+
+def _gluon_layout(desc):
+    """The shared layout Gluon gives a descriptor's block (its default swizzle)."""
+    from triton.experimental.gluon import language as gl
+    return gl.NVMMASharedLayout.get_default_for(list(desc["block"]), getattr(gl, desc["desc"]))
 
 
 def _sass(cubin):
@@ -95,7 +105,7 @@ def _sass(cubin):
 
 
 def compile_kernel(fn, args, constants, *, num_warps=4, num_stages=3, cc=(9, 0)):
-    """Compile the @triton.jit ``fn`` for compute capability ``cc`` with no launch.
+    """Compile the @triton.jit (or Gluon) ``fn`` for compute capability ``cc`` with no launch.
 
     ``args``: each runtime argument's example value: a dtype name ('float16', 'bfloat16',
     'float32') for a pointer, ``{"desc": dtype name, "block": [rows, cols]}`` for a host-side

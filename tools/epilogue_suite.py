@@ -10,6 +10,8 @@ each contender's median, and the printout the spread of the ratios to eager.
 
     python tools/epilogue_suite.py --csv gemm_lessons/results/h200_epilogue_shapes.csv
     python tools/epilogue_suite.py --kernel k09_fused_splitk --shape 16x4096x4096
+    python tools/epilogue_suite.py --kernel k09_fused_ws k09_fused_tma_splitk \
+        --csv gemm_lessons/results/h200_epilogue_ws.csv
 
 Rows written (``gemm_lessons.results`` format, one set per shape): for each kernel timed,
 ``<kernel>_vs_eager``, ``<kernel>_vs_compile`` and ``<kernel>_vs_mm`` (ms: the fused
@@ -32,7 +34,8 @@ from gemm_lessons.common import geomean
 from gemm_lessons.labs import k09 as lab
 from gemm_lessons.shapes import SHAPES_LLM, shape_arg, shape_name
 
-KERNELS = ("k09_fused_tma_splitk", "k09_fused_splitk", "k09_fused_tma", "k09_fused_epilogue")
+KERNELS = ("k09_fused_tma_splitk", "k09_fused_splitk", "k09_fused_tma", "k09_fused_epilogue",
+           "k09_fused_ws")
 DEFAULT = KERNELS[:3]       # timed together; the first one's rows carry the baselines' own
 SHORT = {"torch eager": "eager", "torch.compile": "compile", "cuBLAS mm alone": "mm"}
 

@@ -66,15 +66,19 @@ def _where(kernels, cc):
     """One cell of the runs-where table: where a lesson's kernels run on a machine."""
     if not kernels:
         return "yes"
+    # a GPU-only (Gluon) kernel this machine's GPU lacks the instructions of runs nowhere here
+    nowhere = [k.name for k in kernels if not k.simulator and (cc is None or not k.runs_on(cc))]
+    also = ("; not run: " + ", ".join(f"`{n}`" for n in nowhere)) if nowhere else ""
+    kernels = [k for k in kernels if k.name not in nowhere]
     if cc is None:
-        return "simulator"
+        return "simulator" + also
     on_gpu = [k.name for k in kernels if k.runs_on(cc)]
     off = [k.name for k in kernels if not k.runs_on(cc)]
     if not off:
-        return "GPU"
+        return "GPU" + also
     if not on_gpu:
-        return "simulator"
-    return "GPU; simulator: " + ", ".join(f"`{n}`" for n in off)
+        return "simulator" + also
+    return "GPU; simulator: " + ", ".join(f"`{n}`" for n in off) + also
 
 
 def where_table():

@@ -42,6 +42,10 @@ class Kernel:
     better, make each structure its own kernel. ``None`` (the default): the kernel runs one
     configuration everywhere; a kernel module that defines ``GPU_CONFIG``-like names must
     declare them here.
+
+    ``simulator=False``: the kernel runs on a GPU only (a Gluon kernel: Triton's interpreter
+    cannot run Gluon), so there is no simulator configuration to declare; off a GPU the API
+    refuses it with a message naming the kernel to run instead.
     """
     name: str
     lesson: int
@@ -58,6 +62,7 @@ class Kernel:
     in_ladder: bool = True
     configs: Optional[dict] = None      # {"gpu": ..., "simulator": ...}: see above
     step: int = 0                       # its place among the lesson's kernels (a climb's order)
+    simulator: bool = True              # False: GPU only (Gluon: no interpreter runs it)
 
     def runs_on(self, cc) -> bool:
         """Whether a GPU of compute capability ``cc`` has every instruction the kernel uses."""

@@ -21,6 +21,7 @@ from ..kernels import k09_fused_epilogue as k09
 from ..kernels import k09_fused_splitk as fsk
 from ..kernels import k09_fused_tma_splitk as tsk
 from ..kernels import k09_fused_tma as tma
+from ..kernels import k09_fused_ws as wsk
 
 __all__ = ["fusion_bytes", "EpilogueBench", "epilogue_operands", "bench_epilogue",
            "bench_split_k", "suite_ratios", "summarize", "BASELINES", "KERNEL_NAMES"]
@@ -108,7 +109,7 @@ def _torch_epilogue(activation):
 BASELINES = ("torch eager", "torch.compile", "cuBLAS mm alone")
 KERNEL_NAMES = ("k09_fused_epilogue", "k09_fused_tma")
 # the autotuned kernels, each tuned by its first call (the check), before the timing
-AUTOTUNED = {"k09_fused_splitk": fsk, "k09_fused_tma_splitk": tsk}
+AUTOTUNED = {"k09_fused_splitk": fsk, "k09_fused_tma_splitk": tsk, "k09_fused_ws": wsk}
 
 
 def epilogue_operands(M, N, K, dtype=torch.float16, *, seed=0, b_layout="row"):
@@ -139,7 +140,8 @@ def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gel
     the latter only on Hopper (sm_90+) and for fp16/bf16; elsewhere it is left out and the
     result's ``note`` says so; ``k09_fused_splitk`` (lesson 08's split-K kernel, autotuned
     per shape bucket, with the epilogue; tuned by its first call, before the timing) and
-    ``k09_fused_tma_splitk`` (the same with TMA loads; sm_90+, fp16/bf16).
+    ``k09_fused_tma_splitk`` (the same with TMA loads; sm_90+, fp16/bf16) and
+    ``k09_fused_ws`` (that with a producer warp and consumer warps; Hopper, Gluon).
     ``graph=True`` times the GPU alone, every contender replayed from a CUDA graph
     (:func:`harness.time_cuda_many`): on a small product the host's cost per call would
     otherwise be what is measured. ``b_layout="transposed"`` passes B as ``W.t()`` of an (N, K)
@@ -180,6 +182,10 @@ def bench_epilogue(M=8192, N=16384, K=4096, dtype=torch.float16, activation="gel
         elif not tsk.uses_tma(a, b):     # it would time k09_fused_splitk under its name
             res.add_note("k09_fused_tma_splitk not timed: TMA cannot address these operands")
             del tuned["k09_fused_tma_splitk"]
+    if "k09_fused_ws" in tuned and not wsk.uses_ws(a, b):   # else tsk under its name
+        res.add_note("k09_fused_ws not timed: it needs sm_90, fp16/bf16 and operands TMA "
+                     "can address")
+        del tuned["k09_fused_ws"]
     for name, mod in tuned.items():
         out_s = torch.empty(M, N, dtype=dtype, device=dev)
         runs[name] = (lambda mod=mod, out_s=out_s:
