@@ -18,7 +18,7 @@ import triton
 import triton.language as tl
 
 __all__ = ["ACTIVATION_CODES", "LEAKY_SLOPE", "apply_activation", "activation_kernel", "gelu",
-           "gelu_libdevice", "epilogue", "epilogue_in_halves", "splitk_epilogue_kernel"]
+           "gelu_libdevice", "epilogue_values", "epilogue", "epilogue_in_halves", "splitk_epilogue_kernel"]
 
 # "gelu_libdevice": gelu computed with libdevice's erff (two polynomials, one chosen per
 # element); the same function as "gelu" to fp32 rounding, kept so lesson 09 can count and
@@ -82,13 +82,12 @@ def activation_kernel(x_ptr, y_ptr, n, ACTIVATION: tl.constexpr, BLOCK: tl.const
 
 
 @triton.jit
-def epilogue(acc, offs_m, offs_n, pid_b, M, N,
-              c_ptr, stride_cb, stride_cm, stride_cn,
-              bias_ptr, stride_bias,
-              out_ptr, stride_ob, stride_om, stride_on,
-              alpha, beta,
-              HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
-    """out = act(alpha * acc + beta * C + bias) on one (BLOCK_SIZE_M, BLOCK_SIZE_N) tile."""
+def epilogue_values(acc, offs_m, offs_n, pid_b, M, N,
+                    c_ptr, stride_cb, stride_cm, stride_cn,
+                    bias_ptr, stride_bias,
+                    alpha, beta,
+                    HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
+    """act(alpha * acc + beta * C + bias) on one tile, in fp32, not yet stored."""
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
     rows = offs_m[:, None].to(tl.int64)                    # 64-bit: outputs over 2**31 elements
     acc = acc * alpha                                      # (1)
@@ -99,7 +98,22 @@ def epilogue(acc, offs_m, offs_n, pid_b, M, N,
     if HAS_BIAS:                                           # (3) bias: (N,), one per column
         bias = tl.load(bias_ptr + offs_n * stride_bias, mask=offs_n < N, other=0.0)
         acc += bias.to(tl.float32)[None, :]
-    acc = apply_activation(acc, ACTIVATION)               # (4)
+    return apply_activation(acc, ACTIVATION)              # (4)
+
+
+@triton.jit
+def epilogue(acc, offs_m, offs_n, pid_b, M, N,
+              c_ptr, stride_cb, stride_cm, stride_cn,
+              bias_ptr, stride_bias,
+              out_ptr, stride_ob, stride_om, stride_on,
+              alpha, beta,
+              HAS_C: tl.constexpr, HAS_BIAS: tl.constexpr, ACTIVATION: tl.constexpr):
+    """out = act(alpha * acc + beta * C + bias) on one (BLOCK_SIZE_M, BLOCK_SIZE_N) tile."""
+    acc = epilogue_values(acc, offs_m, offs_n, pid_b, M, N, c_ptr, stride_cb, stride_cm,
+                          stride_cn, bias_ptr, stride_bias, alpha, beta,
+                          HAS_C, HAS_BIAS, ACTIVATION)
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    rows = offs_m[:, None].to(tl.int64)
     out_ptrs = out_ptr + pid_b * stride_ob + rows * stride_om + offs_n[None, :] * stride_on
     tl.store(out_ptrs, acc.to(out_ptr.dtype.element_ty), mask=mask)
 

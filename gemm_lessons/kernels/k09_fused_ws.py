@@ -25,10 +25,12 @@ it, so on a machine without a Hopper GPU :func:`fused_gemm` runs ``k09_fused_tma
 (the same tiles, slices and epilogue, one role per warp), and :func:`uses_ws` says so.
 
 After the loop, the consumers hold the fp32 tile: split-K's ticketed reduction and lesson
-09's epilogue (``k09_epilogue.epilogue``) are ``k09_fused_tma_splitk``'s, called from Gluon.
-Where TMA cannot address an operand in place, for fp32 operands, ``alpha == 0`` and an output
-written over C, :func:`fused_gemm` runs ``k09_fused_tma_splitk`` (which passes some of them
-on to ``k09_fused_splitk``). 2-D operands; B may be ``W.t()`` of an ``nn.Linear`` weight.
+09's epilogue (``k09_epilogue``) are ``k09_fused_tma_splitk``'s, called from Gluon; the tile
+leaves by one TMA store from shared memory where the output is row-major and aligned
+(``store_tile``), else by the epilogue's masked pointer store. Where TMA cannot address an
+operand in place, for fp32 operands, ``alpha == 0``, an output written over C and fewer than
+:data:`MIN_M` rows, :func:`fused_gemm` runs ``k09_fused_tma_splitk`` (which passes some of
+them on to ``k09_fused_splitk``). 2-D operands; B may be ``W.t()`` of an ``nn.Linear`` weight.
 """
 from __future__ import annotations
 
@@ -41,7 +43,7 @@ from . import FP16_BF16, Kernel
 from . import k08_triton_splitk as k08s
 from . import k09_fused_tma_splitk as tsk
 from .k07_triton_swizzle import check_offsets, grouped_pid
-from .k09_epilogue import ACTIVATION_CODES, epilogue
+from .k09_epilogue import ACTIVATION_CODES, epilogue, epilogue_values
 from .k09_fused_epilogue import blas_reads
 from .k09_fused_tma import as_descriptor
 
@@ -51,11 +53,12 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-__all__ = ["fused_ws_kernel", "producer", "consumers", "WS_CONFIGS", "fused_ws_autotuned",
+__all__ = ["fused_ws_kernel", "producer", "consumers", "store_tile", "WS_CONFIGS", "MIN_M", "fused_ws_autotuned",
            "uses_ws", "fused_gemm", "gemm", "launch", "asm_job", "chosen_config"]
 
 # Triton 3.7 renamed two Gluon builtins; the kernel calls them by these names on either
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
 
 
@@ -96,15 +99,38 @@ def consumers(a_ring, b_ring, ready, empty, k_first, k_last,
 
 
 @gluon.jit
+def store_tile(acc, offs_m, offs_n, off_m, off_n, M, N, c_ptr, stride_cm, stride_cn,
+               bias_ptr, stride_bias, out_ptr, o_desc, stride_om, stride_on, alpha, beta,
+               HAS_C: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
+               TMA_STORE: gl.constexpr):
+    """Lesson 09's epilogue on the full fp32 tile, then one store: by TMA (the copy engine
+    clips the tile at M and N) from a shared-memory tile where the output allows it, else
+    ``k09_epilogue.epilogue``'s masked pointer store."""
+    if TMA_STORE:
+        vals = epilogue_values(acc, offs_m, offs_n, 0, M, N, c_ptr, 0, stride_cm, stride_cn,
+                               bias_ptr, stride_bias, alpha, beta, HAS_C, HAS_BIAS, ACTIVATION)
+        o_smem = gl.allocate_shared_memory(o_desc.dtype, o_desc.block_type.shape, o_desc.layout)
+        o_smem.store(vals.to(o_desc.dtype))
+        fence_async_shared()           # the tile written before the copy engine reads it
+        tma_store(o_desc, [off_m, off_n], o_smem)
+        tma.store_wait(pendings=0)
+    else:
+        epilogue(acc, offs_m, offs_n, 0, M, N, c_ptr, 0, stride_cm, stride_cn, bias_ptr,
+                 stride_bias, out_ptr, 0, stride_om, stride_on, alpha, beta,
+                 HAS_C, HAS_BIAS, ACTIVATION)
+
+
+@gluon.jit
 def fused_ws_kernel(
         # TMA descriptors of A and B (or of their transposes), pointers to C, the epilogue's
-        # bias and output, then split-K's fp32 workspace and per-tile counters
-        a_desc, b_desc, c_ptr, bias_ptr, out_ptr, ws_ptr, count_ptr,
+        # bias and output (and a descriptor of the output), then split-K's fp32 workspace and
+        # per-tile counters
+        a_desc, b_desc, c_ptr, bias_ptr, out_ptr, o_desc, ws_ptr, count_ptr,
         M, N, K, M_BUCKET,
         stride_cm, stride_cn, stride_bias, stride_om, stride_on,
         alpha, beta,
         HAS_C: gl.constexpr, HAS_BIAS: gl.constexpr, ACTIVATION: gl.constexpr,
-        A_TRANS: gl.constexpr, B_TRANS: gl.constexpr,
+        A_TRANS: gl.constexpr, B_TRANS: gl.constexpr, TMA_STORE: gl.constexpr,
         BLOCK_SIZE_M: gl.constexpr, BLOCK_SIZE_N: gl.constexpr, BLOCK_SIZE_K: gl.constexpr,
         GROUP_SIZE_M: gl.constexpr, SPLIT_K: gl.constexpr, NUM_STAGES: gl.constexpr,
         num_warps: gl.constexpr):
@@ -148,9 +174,9 @@ def fused_ws_kernel(
     offs_m = off_m + gl.arange(0, BLOCK_SIZE_M, layout=gl.SliceLayout(1, ACC))
     offs_n = off_n + gl.arange(0, BLOCK_SIZE_N, layout=gl.SliceLayout(0, ACC))
     if SPLIT_K == 1:
-        epilogue(acc, offs_m, offs_n, 0, M, N, c_ptr, 0, stride_cm, stride_cn, bias_ptr,
-                 stride_bias, out_ptr, 0, stride_om, stride_on, alpha, beta,
-                 HAS_C, HAS_BIAS, ACTIVATION)
+        store_tile(acc, offs_m, offs_n, off_m, off_n, M, N, c_ptr, stride_cm, stride_cn,
+                   bias_ptr, stride_bias, out_ptr, o_desc, stride_om, stride_on, alpha, beta,
+                   HAS_C, HAS_BIAS, ACTIVATION, TMA_STORE)
     else:
         tile = (gl.arange(0, BLOCK_SIZE_M, layout=gl.SliceLayout(1, ACC))[:, None] * BLOCK_SIZE_N
                 + gl.arange(0, BLOCK_SIZE_N, layout=gl.SliceLayout(0, ACC))[None, :])
@@ -163,9 +189,9 @@ def fused_ws_kernel(
             for j in range(0, SPLIT_K):   # in a fixed order: the same bits on every run
                 acc += gl.load(slots + j * BLOCK_SIZE_M * BLOCK_SIZE_N + tile,
                                cache_modifier=".cg")
-            epilogue(acc, offs_m, offs_n, 0, M, N, c_ptr, 0, stride_cm, stride_cn, bias_ptr,
-                     stride_bias, out_ptr, 0, stride_om, stride_on, alpha, beta,
-                     HAS_C, HAS_BIAS, ACTIVATION)
+            store_tile(acc, offs_m, offs_n, off_m, off_n, M, N, c_ptr, stride_cm, stride_cn,
+                       bias_ptr, stride_bias, out_ptr, o_desc, stride_om, stride_on, alpha,
+                       beta, HAS_C, HAS_BIAS, ACTIVATION, TMA_STORE)
             gl.store(count_ptr + pid, 0)   # zero again for the next launch
     for s in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(ready.index(s))
@@ -182,14 +208,18 @@ def ws_config(BM, BN, BK, num_warps, stages, split_k=1):
 
 
 def set_layouts(nargs):
-    """A config's ``pre_hook``: the descriptors' blocks become its tiles, with the shared
-    layout (swizzle) Gluon asks for each block."""
+    """A config's ``pre_hook``: the descriptors' blocks become its tiles (the output's too,
+    where it is stored by TMA), with the shared layout (swizzle) Gluon asks for each block."""
     BM, BN, BK = nargs["BLOCK_SIZE_M"], nargs["BLOCK_SIZE_N"], nargs["BLOCK_SIZE_K"]
     for name, block in (("a_desc", [BK, BM] if nargs["A_TRANS"] else [BM, BK]),
                         ("b_desc", [BN, BK] if nargs["B_TRANS"] else [BK, BN])):
         d = nargs[name]
         d.block_shape = block
         d.layout = gl.NVMMASharedLayout.get_default_for(block, _GL_DTYPE[d.base.dtype])
+    if nargs["TMA_STORE"]:
+        d = nargs["o_desc"]
+        d.block_shape = [BM, BN]
+        d.layout = gl.NVMMASharedLayout.get_default_for([BM, BN], _GL_DTYPE[d.base.dtype])
 
 
 _GL_DTYPE = {torch.float16: gl.float16, torch.bfloat16: gl.bfloat16}
@@ -212,6 +242,11 @@ fused_ws_autotuned = k08s.autotune(fused_ws_kernel, configs=WS_CONFIGS,
 
 
 # ------------------------------------------------------------------ the launcher
+# wgmma's smallest tile has 64 rows: on fewer rows of A most of its work multiplies the zeros
+# TMA fills in, where k09_fused_tma_splitk's 16-row tiles (mma.sync, 16 rows) waste none
+MIN_M = 64
+
+
 def _gluon_descriptor(t, rows, cols):
     """(Gluon descriptor, trans) of a 2-D operand read in (rows, cols) tiles, or None where
     TMA cannot address it in place (``k09_fused_tma.as_descriptor`` decides)."""
@@ -226,11 +261,12 @@ def _gluon_descriptor(t, rows, cols):
 
 def uses_ws(a, b, c=None, out=None, alpha=1.0, beta=0.0):
     """Whether :func:`fused_gemm` runs the warp-specialized kernel on these operands: on a
-    GPU of compute capability 9.x, fp16/bf16 operands TMA can address, and the cases
-    ``k09_fused_tma_splitk`` gives its TMA kernel (see the module docstring)."""
+    GPU of compute capability 9.x, at least :data:`MIN_M` rows, fp16/bf16 operands TMA can
+    address, and the cases ``k09_fused_tma_splitk`` gives its TMA kernel (see the module
+    docstring)."""
     cfg = WS_CONFIGS[0].kwargs
     return (engines.on_gpu() and engines.engine().capability[0] == 9
-            and tsk._may_use_tma(a, c, out, alpha, beta)
+            and a.shape[0] >= MIN_M and tsk._may_use_tma(a, c, out, alpha, beta)
             and _gluon_descriptor(a, cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_K"]) is not None
             and _gluon_descriptor(b, cfg["BLOCK_SIZE_K"], cfg["BLOCK_SIZE_N"]) is not None)
 
@@ -251,12 +287,16 @@ def fused_gemm(a, b, c, out, alpha=1.0, beta=0.0, bias=None, activation=None, *,
     (a_desc, a_trans), (b_desc, b_trans) = (
         _gluon_descriptor(a, cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_K"]),
         _gluon_descriptor(b, cfg["BLOCK_SIZE_K"], cfg["BLOCK_SIZE_N"]))
+    # the output by TMA where a descriptor can address it as it is (row-major, aligned)
+    o_found = _gluon_descriptor(out, cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_N"])
+    tma_store = o_found is not None and not o_found[1]
+    o_desc = o_found[0] if tma_store else a_desc           # (unused without a TMA store)
     if config is None:
         kernel, meta = fused_ws_autotuned, {}
         ws_elems, n_counters = k08s.needs(kernel, a.dtype, M, N, K, sm_count(out.device))
     else:
-        set_layouts({**config.kwargs, "a_desc": a_desc, "b_desc": b_desc,
-                     "A_TRANS": a_trans, "B_TRANS": b_trans})
+        set_layouts({**config.kwargs, "a_desc": a_desc, "b_desc": b_desc, "o_desc": o_desc,
+                     "A_TRANS": a_trans, "B_TRANS": b_trans, "TMA_STORE": tma_store})
         kernel = fused_ws_kernel
         meta = dict(config.kwargs, num_warps=config.num_warps)
         ws_elems, n_counters = k08s.config_needs(config, M, N)
@@ -268,11 +308,11 @@ def fused_gemm(a, b, c, out, alpha=1.0, beta=0.0, bias=None, activation=None, *,
         return (cdiv(M, meta["BLOCK_SIZE_M"]) * cdiv(N, meta["BLOCK_SIZE_N"]),
                 meta["SPLIT_K"])
 
-    kernel[grid](a_desc, b_desc, c_args[0], bias_args[0], out, ws, counts, M, N, K,
+    kernel[grid](a_desc, b_desc, c_args[0], bias_args[0], out, o_desc, ws, counts, M, N, K,
                  k08s.m_bucket(M), *c_args[1:], bias_args[1], out.stride(0), out.stride(1),
                  float(alpha), float(beta), HAS_C=reads_c, HAS_BIAS=bias is not None,
                  ACTIVATION=ACTIVATION_CODES[activation], A_TRANS=a_trans, B_TRANS=b_trans,
-                 **meta)
+                 TMA_STORE=tma_store, **meta)
     return out
 
 
@@ -294,8 +334,10 @@ def asm_job(config, dtype=torch.float16, M=1024, N=1024, K=16384, *, bias=True,
     contiguous operands of this shape (for :func:`gemm_lessons.triton_asm.compile_kernels`)."""
     job = tsk.asm_job(config, dtype, M, N, K, bias=bias, activation=activation, cc=cc)
     job["constants"].pop("INPUT_PRECISION")
-    job["constants"]["num_warps"] = config.num_warps
-    return dict(job, fn=fused_ws_kernel)
+    job["constants"].update(num_warps=config.num_warps, TMA_STORE=True)
+    block = [config.kwargs["BLOCK_SIZE_M"], config.kwargs["BLOCK_SIZE_N"]]
+    args = dict(job["args"], o_desc={"desc": job["args"]["out_ptr"], "block": block})
+    return dict(job, fn=fused_ws_kernel, args=args)
 
 
 def chosen_config():
