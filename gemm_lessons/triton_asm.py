@@ -71,9 +71,10 @@ def _compile_here(qualname, args, constants, num_warps, num_stages, cc):
             signature[name] = "i32"
             if value % 16 == 0:
                 attrs[(i,)] = [["tt.divisibility", 16]]
+    source = ASTSource
     if gluon:
-        from triton.experimental.gluon._runtime import GluonASTSource as ASTSource
-    src = ASTSource(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
+        from triton.experimental.gluon._runtime import GluonASTSource as source
+    src = source(fn=fn, signature=signature, constexprs=constexprs, attrs=attrs)
     k = triton.compile(src, target=GPUTarget("cuda", cc[0] * 10 + cc[1], 32),
                        options={"num_warps": num_warps, "num_stages": num_stages})
     return {"ttgir": k.asm.get("ttgir", ""), "ptx": k.asm["ptx"], "sass": _sass(k.asm["cubin"]),

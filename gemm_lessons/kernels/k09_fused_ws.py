@@ -41,6 +41,7 @@ from .. import engines
 from ..common import cdiv, sm_count
 from . import FP16_BF16, Kernel
 from . import k08_triton_splitk as k08s
+from . import k09_fused_splitk as fsk
 from . import k09_fused_tma_splitk as tsk
 from .k07_triton_swizzle import check_offsets, grouped_pid
 from .k09_epilogue import ACTIVATION_CODES, epilogue, epilogue_values
@@ -266,7 +267,7 @@ def uses_ws(a, b, c=None, out=None, alpha=1.0, beta=0.0):
     docstring)."""
     cfg = WS_CONFIGS[0].kwargs
     return (engines.on_gpu() and engines.engine().capability[0] == 9
-            and a.shape[0] >= MIN_M and tsk._may_use_tma(a, c, out, alpha, beta)
+            and a.shape[0] >= MIN_M and tsk.uses_tma(a, b, c, out, alpha, beta)
             and _gluon_descriptor(a, cfg["BLOCK_SIZE_M"], cfg["BLOCK_SIZE_K"]) is not None
             and _gluon_descriptor(b, cfg["BLOCK_SIZE_K"], cfg["BLOCK_SIZE_N"]) is not None)
 
@@ -280,7 +281,7 @@ def fused_gemm(a, b, c, out, alpha=1.0, beta=0.0, bias=None, activation=None, *,
         return tsk.fused_gemm(a, b, c, out, alpha, beta, bias, activation)
     M, K = a.shape
     N = b.shape[1]
-    tsk.fsk.check_epilogue_args(N, c, alpha, beta, bias, activation)
+    fsk.check_epilogue_args(N, c, alpha, beta, bias, activation)
     _, reads_c = blas_reads(alpha, beta)
     check_offsets(out, *([c] if reads_c else []))
     cfg = (config or WS_CONFIGS[0]).kwargs
