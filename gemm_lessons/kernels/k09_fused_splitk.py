@@ -33,7 +33,8 @@ from .k07_triton_swizzle import DTYPES, check_offsets, grouped_pid, operands
 from .k09_epilogue import ACTIVATION_CODES, epilogue_in_halves
 
 __all__ = ["FUSED_CONFIGS", "fused_splitk_kernel", "fused_splitk_autotuned",
-           "check_epilogue_args", "overlaps", "fused_gemm", "gemm", "launch", "asm_job", "chosen_config"]
+           "check_epilogue_args", "overlaps", "fused_gemm", "batch_hooks", "gemm", "launch", "asm_job",
+           "chosen_config"]
 
 
 @triton.jit
@@ -198,16 +199,24 @@ def fused_gemm(a, b, c, out, alpha=1.0, beta=0.0, bias=None, activation=None, *,
     return out
 
 
-def gemm(a3, b3, c3, out, alpha, beta, bias, activation):
-    """The ``gl.gemm`` hook: 3-D views with a batch of one."""
-    fused_gemm(a3[0], b3[0], None if c3 is None else c3[0], out[0], alpha, beta, bias,
-               activation)
-    return out
+def batch_hooks(fused_gemm):
+    """The registry's two hooks of a 2-D fused launcher ``fused_gemm(a, b, c, out, alpha,
+    beta, bias, activation)``: ``gemm``, for gl.gemm's 3-D views with a batch of one, and
+    ``launch``, c = a @ b (alpha 1, beta 0, no bias, no activation). Both carry the
+    launcher's module, which the registry's tests read."""
+    def gemm(a3, b3, c3, out, alpha, beta, bias, activation):
+        fused_gemm(a3[0], b3[0], None if c3 is None else c3[0], out[0], alpha, beta, bias,
+                   activation)
+        return out
+
+    def launch(a, b, c):
+        fused_gemm(a, b, None, c)
+    for hook in (gemm, launch):
+        hook.__module__ = fused_gemm.__module__
+    return gemm, launch
 
 
-def launch(a, b, c):
-    """c = a @ b (alpha 1, beta 0, no bias, no activation)."""
-    fused_gemm(a, b, None, c)
+gemm, launch = batch_hooks(fused_gemm)
 
 
 def asm_job(config, dtype=torch.float16, M=2048, N=4096, K=4096, *, bias=True,

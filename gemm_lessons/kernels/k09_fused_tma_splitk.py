@@ -234,16 +234,7 @@ def fused_gemm(a, b, c, out, alpha=1.0, beta=0.0, bias=None, activation=None, *,
     return out
 
 
-def gemm(a3, b3, c3, out, alpha, beta, bias, activation):
-    """The ``gl.gemm`` hook: 3-D views with a batch of one."""
-    fused_gemm(a3[0], b3[0], None if c3 is None else c3[0], out[0], alpha, beta, bias,
-               activation)
-    return out
-
-
-def launch(a, b, c):
-    """c = a @ b (alpha 1, beta 0, no bias, no activation)."""
-    fused_gemm(a, b, None, c)
+gemm, launch = fsk.batch_hooks(fused_gemm)
 
 
 def asm_job(config, dtype=torch.float16, M=512, N=4096, K=14336, *, bias=True,
