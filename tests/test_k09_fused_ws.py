@@ -19,11 +19,13 @@ from test_k09_fused_splitk import (assert_clear_errors, assert_close, operands, 
 HOPPER = engines.on_gpu() and engines.engine().capability[0] == 9
 gpu = pytest.mark.skipif(not HOPPER, reason="Gluon's wgmma kernel runs on a Hopper GPU only")
 
-# ragged tiles, 8 columns, K shorter than a tile, a long ragged K that wraps every ring (at
-# least MIN_M rows: fewer go to k09_fused_tma_splitk, tested below)
+# ragged tiles, 8 columns, K shorter than a tile, and a long ragged K (65 K-tiles of 64: every
+# ring wraps, an 8-slot one split in 4 twice per slice); at least MIN_M rows (fewer go to
+# k09_fused_tma_splitk, tested below)
 SHAPES = {"ragged tiles": (67, 40, 72), "one column": (64, 8, 64), "K=8": (80, 40, 8),
-          "long K": (130, 72, 1032), "A column-major": (72, 40, 56)}
-EPILOGUES = ((1.0, 0.0, "gelu"), (0.5, -1.5, "relu"), (-2.0, 1.0, "leaky_relu"))
+          "long K": (130, 72, 4104), "A column-major": (72, 40, 56)}
+EPILOGUES = ((1.0, 0.0, "gelu"), (0.5, -1.5, "relu"), (-2.0, 1.0, "leaky_relu"),
+             (1.0, 0.0, None), (1.0, 1.0, "gelu_libdevice"))
 # every shipped config, and a shallow ring split in 2, 3 and 4 (many wraps per slice)
 CONFIGS = ws.WS_CONFIGS + [ws.ws_config(64, 64, 64, 4, 2, split_k=s) for s in (2, 3, 4)]
 
@@ -58,7 +60,8 @@ def test_every_config_applies_the_epilogue_once_to_the_full_sum(cfg, fallback_ca
             assert ws.uses_ws(a, b, c, None, alpha, beta), shape
             for out in (poisoned(M, N), poisoned(M, N + 3)[:, :N]):   # TMA store, pointer
                 ws.fused_gemm(a, b, c, out, alpha, beta, bias, act, config=cfg)
-                ref, scale = reference(a, b, c, alpha, beta, bias, act)
+                ref, scale = reference(a, b, c, alpha, beta, bias,   # libdevice's: gelu too
+                                       "gelu" if act == "gelu_libdevice" else act)
                 assert_close(out, ref, scale, 2e-3,
                              f"{sk.label(cfg)} {shape} {act} {alpha} {beta} {out.stride()}")
     assert not fallback_calls, "an operand TMA can address went to k09_fused_tma_splitk"
@@ -104,7 +107,7 @@ def test_what_tma_cannot_address_runs_k09_fused_tma_splitk(what, fallback_calls)
 
 @gpu
 def test_two_runs_are_bitwise_equal_and_the_counters_end_at_zero():
-    a, b, c, bias = operands(130, 72, 1032, seed=3)   # split in 4 below
+    a, b, c, bias = operands(130, 72, 4104, seed=3)   # split in 4 below
     cfg = CONFIGS[-1]                                   # split in 4
     outs = [ws.fused_gemm(a, b, c, poisoned(130, 72), 1.0, 1.0, bias, "gelu", config=cfg)
             for _ in range(2)]

@@ -15,8 +15,8 @@ gives them in lesson 06:
   ``ready``, issue ``wgmma`` on the slot, and arrive on ``empty`` once the tensor cores have
   read it.
 
-The consumers never compute an address and the producer never waits for the tensor cores,
-so while the consumers multiply one slot the producer is filling the next ones. Triton's
+The consumers never compute an address and the producer waits only for a free slot, so
+while the consumers multiply one slot the producer is filling the next ones. Triton's
 ``tl`` language does not let a kernel say which warp does what; **Gluon**
 (``triton.experimental.gluon``, Triton's lower-level language, experimental) does: the
 kernel names its layouts, shared-memory buffers, barriers and partitions itself
@@ -57,7 +57,7 @@ from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 __all__ = ["fused_ws_kernel", "producer", "consumers", "store_tile", "WS_CONFIGS", "MIN_M", "fused_ws_autotuned",
            "uses_ws", "fused_gemm", "gemm", "launch", "asm_job", "chosen_config"]
 
-# Triton 3.7 renamed two Gluon builtins; the kernel calls them by these names on either
+# Triton 3.7 renamed these Gluon builtins; the kernel calls them by these names on either
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
 tma_store = getattr(tma, "async_store", None) or tma.async_copy_shared_to_global
 cta_barrier = getattr(gl, "thread_barrier", None) or gl.barrier
@@ -94,6 +94,8 @@ def consumers(a_ring, b_ring, ready, empty, k_first, k_last,
         b = b_ring.index(s).permute((1, 0)) if B_TRANS else b_ring.index(s)
         acc = warpgroup_mma(a, b, acc, is_async=True)
         # at most one wgmma in flight: the previous one has read its slot, release that
+        # (one thread arrives, after a barrier of all the consumer warps that the compiler
+        # puts before it: every warpgroup's wait has returned)
         acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc,))
         mbarrier.arrive(empty.index((i + NUM_STAGES - 1) % NUM_STAGES), pred=i > 0)
     return (warpgroup_mma_wait(num_outstanding=0, deps=(acc,)),)
@@ -108,6 +110,8 @@ def store_tile(acc, offs_m, offs_n, off_m, off_n, M, N, c_ptr, stride_cm, stride
     clips the tile at M and N) from a shared-memory tile where the output allows it, else
     ``k09_epilogue.epilogue``'s masked pointer store."""
     if TMA_STORE:
+        # the tile's shared memory is the ring's: at the join of warp_specialize every copy
+        # has landed and every wgmma has finished reading
         vals = epilogue_values(acc, offs_m, offs_n, 0, M, N, c_ptr, 0, stride_cm, stride_cn,
                                bias_ptr, stride_bias, alpha, beta, HAS_C, HAS_BIAS, ACTIVATION)
         o_smem = gl.allocate_shared_memory(o_desc.dtype, o_desc.block_type.shape, o_desc.layout)
@@ -163,7 +167,7 @@ def fused_ws_kernel(
     fence_async_shared()              # the barriers initialised before the copy engine uses them
 
     # 3. the roles: the consumers are the program's own warps (they return the tile); the
-    #    producer is one more warp, given 24 registers a thread so the consumers get the rest
+    #    producer is one more warp, given 24 registers a thread (the consumers may take more)
     acc, = gl.warp_specialize([
         (consumers, (a_ring, b_ring, ready, empty, k_first, k_last, BLOCK_SIZE_M,
                      BLOCK_SIZE_N, NUM_STAGES, A_TRANS, B_TRANS, ACC)),
@@ -243,8 +247,8 @@ fused_ws_autotuned = k08s.autotune(fused_ws_kernel, configs=WS_CONFIGS,
 
 
 # ------------------------------------------------------------------ the launcher
-# wgmma's smallest tile has 64 rows: on fewer rows of A most of its work multiplies the zeros
-# TMA fills in, where k09_fused_tma_splitk's 16-row tiles (mma.sync, 16 rows) waste none
+# every wgmma has 64 rows (m64): on 16 rows of A three quarters of its work would multiply the
+# zeros TMA fills in, where k09_fused_tma_splitk's 16-row tiles (mma.sync, m16) waste none
 MIN_M = 64
 
 
