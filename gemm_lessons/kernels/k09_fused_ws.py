@@ -21,8 +21,8 @@ while the consumers multiply one slot the producer is filling the next ones. Tri
 (``triton.experimental.gluon``, Triton's lower-level language, experimental) does: the
 kernel names its layouts, shared-memory buffers, barriers and partitions itself
 (``gl.warp_specialize``). Gluon compiles for the GPU only: Triton's interpreter cannot run
-it, so on a machine without a Hopper GPU :func:`fused_gemm` runs ``k09_fused_tma_splitk``
-(the same tiles, slices and epilogue, one role per warp), and :func:`uses_ws` says so.
+it, so off a Hopper GPU the API refuses this kernel and names ``k09_fused_tma_splitk``
+(the same tiles, slices and epilogue, every warp doing every part) to run there instead.
 
 After the loop, the consumers hold the fp32 tile: split-K's ticketed reduction and lesson
 09's epilogue (``k09_epilogue``) are ``k09_fused_tma_splitk``'s, called from Gluon; the tile
@@ -54,8 +54,9 @@ from triton.experimental.gluon.language.nvidia.hopper import (
     fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
 from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-__all__ = ["fused_ws_kernel", "producer", "consumers", "store_tile", "WS_CONFIGS", "MIN_M", "fused_ws_autotuned",
-           "uses_ws", "fused_gemm", "gemm", "launch", "asm_job", "chosen_config"]
+__all__ = ["fused_ws_kernel", "producer", "consumers", "store_tile", "ws_config", "set_layouts",
+           "WS_CONFIGS", "MIN_M", "fused_ws_autotuned", "uses_ws", "fused_gemm", "gemm",
+           "launch", "asm_job", "chosen_config"]
 
 # Triton 3.7 renamed these Gluon builtins; the kernel calls them by these names on either
 tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
