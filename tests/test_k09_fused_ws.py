@@ -204,3 +204,43 @@ def test_every_config_fits_in_shared_memory_and_does_not_spill(compiled_configs)
         if rep is None:
             pytest.skip("no ptxas here")
         assert rep["spill_stores"] == 0, (sk.label(cfg), rep)
+
+
+class _Recorder:
+    """Stands in for the compiled kernel: records the grid and the arguments of a launch."""
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **kwargs: self.calls.append((grid, args, kwargs))
+
+
+@pytest.mark.parametrize("with_c", [False, True])
+def test_the_launcher_binds_every_argument_to_the_kernels_signature(monkeypatch, with_c):
+    # the launcher's own Python on any machine: its path forced, the kernel a recorder; what
+    # it passes must bind to fused_ws_kernel's parameters, by position and by name
+    import inspect
+    rec = _Recorder()
+    kernel_fn = ws.fused_ws_kernel.fn                  # the Python function, for its signature
+    monkeypatch.setattr(ws, "uses_ws", lambda *a, **k: True)
+    monkeypatch.setattr(ws, "fused_ws_kernel", rec)
+    M, N, K = 70, 40, 96
+    a, b, c, bias = operands(M, N, K, seed=5)
+    for out, tma_store in ((poisoned(M, N), True), (poisoned(M, N + 3)[:, :N], False)):
+        cfg = ws.ws_config(64, 64, 64, 4, 2, split_k=3)
+        ws.fused_gemm(a, b, c if with_c else None, out, 0.5, 1.5 if with_c else 0.0, bias,
+                      "gelu", config=cfg)
+        grid, args, kwargs = rec.calls[-1]
+        bound = inspect.signature(kernel_fn).bind(*args, **kwargs).arguments
+        assert grid({**cfg.kwargs}) == (2 * 1, 3)                   # tiles x slices
+        assert bound["TMA_STORE"] is tma_store and bound["HAS_C"] is with_c
+        assert bound["out_ptr"] is out and bound["bias_ptr"] is bias
+        assert (bound["M"], bound["N"], bound["K"]) == (M, N, K)
+        assert (bound["stride_om"], bound["stride_on"]) == out.stride()
+        assert bound["c_ptr"] is (c if with_c else out)
+        assert (bound["stride_cm"], bound["stride_cn"]) == (c.stride() if with_c else (0, 0))
+        assert bound["NUM_STAGES"] == 2 and bound["SPLIT_K"] == 3 and bound["num_warps"] == 4
+        assert bound["a_desc"].block_shape == [64, 64] and bound["b_desc"].block_shape == [64, 64]
+        if tma_store:
+            assert bound["o_desc"].block_shape == [64, 64]
+            assert bound["o_desc"].base.data_ptr() == out.data_ptr()

@@ -33,7 +33,8 @@ from .k07_triton_swizzle import DTYPES, check_offsets, grouped_pid, operands
 from .k09_epilogue import ACTIVATION_CODES, epilogue_in_halves
 
 __all__ = ["FUSED_CONFIGS", "fused_splitk_kernel", "fused_splitk_autotuned",
-           "check_epilogue_args", "overlaps", "fused_gemm", "batch_hooks", "gemm", "launch", "asm_job",
+           "check_epilogue_args", "overlaps", "fused_gemm", "epilogue_args",
+           "tiles_by_slices", "batch_hooks", "gemm", "launch", "asm_job",
            "chosen_config"]
 
 
@@ -184,19 +185,31 @@ def fused_gemm(a, b, c, out, alpha=1.0, beta=0.0, bias=None, activation=None, *,
         meta = dict(config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
         ws_elems, n_counters = k08s.config_needs(config, M, N)
     ws, counts = (k08s.buffers(out.device, ws_elems, n_counters) if ws_elems else (out, out))
-    c_args = (c, c.stride(0), c.stride(1)) if reads_c else (out, 0, 0)
-    bias_args = (bias, bias.stride(0)) if bias is not None else (out, 0)
-
-    def grid(meta):
-        return (cdiv(M, meta["BLOCK_SIZE_M"]) * cdiv(N, meta["BLOCK_SIZE_N"]),
-                meta["SPLIT_K"])
-
+    c_args, bias_args = epilogue_args(c, bias, out, reads_c)
+    grid = tiles_by_slices(M, N)
     kernel[grid](a, b, c_args[0], bias_args[0], out, ws, counts, M, N, K, k08s.m_bucket(M),
                  a.stride(0), a.stride(1), b.stride(0), b.stride(1), *c_args[1:],
                  bias_args[1], out.stride(0), out.stride(1), float(alpha), float(beta),
                  HAS_C=reads_c, HAS_BIAS=bias is not None,
                  ACTIVATION=ACTIVATION_CODES[activation], INPUT_PRECISION=precision, **meta)
     return out
+
+
+def epilogue_args(c, bias, out, reads_c):
+    """The kernel's (C, its row and column strides) and (bias, its stride); where a call has
+    no C to read or no bias, the output stands in (never dereferenced) with zero strides."""
+    c_args = (c, c.stride(0), c.stride(1)) if reads_c else (out, 0, 0)
+    bias_args = (bias, bias.stride(0)) if bias is not None else (out, 0)
+    return c_args, bias_args
+
+
+def tiles_by_slices(M, N):
+    """The launch grid for an M x N output, given the config Triton runs: (its tiles, its
+    slices of K)."""
+    def grid(meta):
+        return (cdiv(M, meta["BLOCK_SIZE_M"]) * cdiv(N, meta["BLOCK_SIZE_N"]),
+                meta["SPLIT_K"])
+    return grid
 
 
 def batch_hooks(fused_gemm):

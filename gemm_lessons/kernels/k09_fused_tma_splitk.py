@@ -33,7 +33,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ..common import cdiv, dtype_name, sm_count
+from ..common import dtype_name, sm_count
 from . import FP16_BF16, Kernel
 from . import k08_triton_splitk as k08s
 from . import k09_fused_epilogue as k09
@@ -219,13 +219,8 @@ def fused_gemm(a, b, c, out, alpha=1.0, beta=0.0, bias=None, activation=None, *,
         meta = dict(config.kwargs, num_warps=config.num_warps, num_stages=config.num_stages)
         ws_elems, n_counters = k08s.config_needs(config, M, N)
     ws, counts = (k08s.buffers(out.device, ws_elems, n_counters) if ws_elems else (out, out))
-    c_args = (c, c.stride(0), c.stride(1)) if reads_c else (out, 0, 0)
-    bias_args = (bias, bias.stride(0)) if bias is not None else (out, 0)
-
-    def grid(meta):
-        return (cdiv(M, meta["BLOCK_SIZE_M"]) * cdiv(N, meta["BLOCK_SIZE_N"]),
-                meta["SPLIT_K"])
-
+    c_args, bias_args = fsk.epilogue_args(c, bias, out, reads_c)
+    grid = fsk.tiles_by_slices(M, N)
     kernel[grid](a_desc, b_desc, c_args[0], bias_args[0], out, ws, counts, M, N, K,
                  k08s.m_bucket(M), *c_args[1:], bias_args[1], out.stride(0), out.stride(1),
                  float(alpha), float(beta), HAS_C=reads_c, HAS_BIAS=bias is not None,
