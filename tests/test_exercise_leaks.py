@@ -1,0 +1,372 @@
+"""No answer within reach: an exercise's answer stands nowhere a student can read or import.
+
+For every exercise (the answer regions, ``### BEGIN SOLUTION`` .. ``### END SOLUTION``, of the
+cells that precede its graded check in ``solutions/NN_*.ipynb``), the answer's code must not
+stand in
+
+- the package (every ``gemm_lessons/**/*.py``: kernels, labs, the exercise checks and their
+  helpers, which a student can import or print with ``gl.show_source``),
+- the lessons (``notebooks/*.ipynb``: code cells, and the code in markdown cells, fenced or
+  inline),
+- the exercises as released (``exercises/*.ipynb``: what a student reads, its own notebook
+  included), or another exercise's answer,
+
+verbatim or with names and constants changed.
+
+The rule. Code is cut into logical lines (a statement continued over several physical lines
+is one line; comments and blank lines are dropped) and each line into tokens, normalized so
+that a copy with names, constants or parentheses changed reads the same: every number reads
+``0``, every string ``''``, a dotted name its last part (``ptx.cp_async_wait_group`` and an
+imported ``cp_async_wait_group`` alike), every name but keywords and builtins is a
+placeholder, and parentheses are dropped (``(a % b) % c`` reads as ``a % b % c``). A
+*match* is a run of consecutive lines of the answer that stands as consecutive lines of
+another place, with one consistent renaming of the placeholders over the whole run (``i``
+and ``j`` swapped throughout is a match; ``a[i, j]`` against ``a[i, i]`` is not), and of at
+least ``FLOOR`` tokens: a trivial line alone (``return x``, ``cuda.syncthreads()``,
+``s = kt % STAGES``) is no match. A place (a module, a notebook, another exercise's answer)
+*leaks* the answer when its matches cover at least ``COVER`` of the answer's tokens, or
+when one of them is ``MIN_TOKENS`` long: a formula that is the whole answer, or most of a
+loop body, is a leak; a shared line of set-up (``acc = tl.zeros(...)``) is not.
+
+``KNOWN_LEAKS`` lists the exercises whose answer still leaks, each with where; an entry must
+go when its exercise is fixed (the test fails while a listed exercise no longer leaks), and
+the list shrinks to empty.
+
+The other half of the guard (an answer that calls the package's own function must fail its
+check) is driven by the ``cheat`` entries of ``tests/exercise_mutants.yaml`` and run by
+``tests/test_exercise_mutants.py``, which runs every mutant; here, each exercise is required
+to have at least one cheat, caught (no ``known_gap``).
+"""
+from __future__ import annotations
+
+import builtins
+import io
+import json
+import keyword
+import re
+import textwrap
+import tokenize
+from functools import lru_cache
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+FLOOR = 12          # a run of fewer tokens is no match (a trivial line or two)
+COVER = 0.5         # a place whose matches cover this share of the answer's tokens leaks it
+MIN_TOKENS = 60     # ... and so does one that holds a run this long, whatever the share
+
+# Exercises whose answer still stands within reach: "exNN-i": where. Remove an entry when
+# its exercise is fixed. Lessons 01-05 first, then 06-09.
+KNOWN_LEAKS = {
+    # lessons 01-05
+    "ex01-1": "kernels/k01_naive.py",
+    "ex02-1": "kernels/k02_smem_tiling.py, lesson 02",
+    "ex02-2": "exercises/04 (its launch grid)",
+    "ex02-3": "lesson 02, the checks of lessons 02, 04 and 05",
+    "ex04-1": "the checks of lesson 04 (k04_helpers)",
+    "ex04-2": "kernels/k04_register_tiling.py, k04_double_buffer.py, k04_warp_tiling.py",
+    "ex05-1": "the checks of lesson 05 (k05_helpers)",
+    "ex05-4": "kernels/k03_bank_conflicts.py, k04_tiling.py",
+    "ex05-5": "the checks of lesson 05",
+    # lessons 06-09
+    "ex06-2": "the checks of lesson 06 (_pipeline_smem)",
+    "ex06-6": "the checks of lesson 06 (k06_drain_ring)",
+    "ex06-7": "the checks of lesson 06 (k06_fill_ring)",
+    "ex07-1": "common.grouped_order, the answer of ex07-2",
+    "ex07-3": "kernels/k07_triton_swizzle.py (first_wave)",
+    "ex08-2": "kernels/k08_triton_autotune.py (its grid)",
+    "ex09-4": "exercises/09 (exercise 1's K loop)",
+}
+
+# Exercises with no cheat entry in tests/exercise_mutants.yaml yet. Lessons 01-05 first.
+NO_CHEAT_YET = {
+    # lessons 01-05
+    "ex01-1",
+    "ex01-2",
+    "ex01-3",
+    "ex01-4",
+    "ex02-1",
+    "ex02-2",
+    "ex02-3",
+    "ex02-4",
+    "ex03-1",
+    "ex03-2",
+    "ex03-3",
+    "ex03-4",
+    "ex04-1",
+    "ex04-2",
+    "ex04-3",
+    "ex04-4",
+    "ex04-5",
+    "ex05-1",
+    "ex05-2",
+    "ex05-3",
+    "ex05-4",
+    "ex05-5",
+    # lessons 06-09
+    "ex06-1",
+    "ex06-2",
+    "ex06-3",
+    "ex06-4",
+    "ex06-5",
+    "ex06-6",
+    "ex06-7",
+    "ex07-1",
+    "ex07-2",
+    "ex07-3",
+    "ex07-4",
+    "ex08-1",
+    "ex08-2",
+    "ex08-3",
+    "ex08-4",
+    "ex09-1",
+    "ex09-2",
+    "ex09-3",
+    "ex09-4",
+}
+
+BEGIN = re.compile(r"^\s*### BEGIN SOLUTION\s*$")
+END = re.compile(r"^\s*### END SOLUTION\s*$")
+KEEP = set(keyword.kwlist) | set(keyword.softkwlist) | set(dir(builtins))
+
+
+def _src(cell):
+    return "".join(cell["source"]) if isinstance(cell["source"], list) else cell["source"]
+
+
+def _grade(cell):
+    return cell.get("metadata", {}).get("nbgrader", {})
+
+
+def _exercise(grade_id):
+    """'ex06-1-check' -> 'ex06-1'."""
+    return re.match(r"(ex\d\d-\d+)", grade_id).group(1)
+
+
+# ----------------------------------------------------------------------------- tokens
+def _lines(code):
+    """The logical lines of ``code``, each a tuple of normalized tokens (a placeholder name
+    is ``('N', name)``, every other token a string)."""
+    code = "\n".join("" if re.match(r"\s*[%!]", ln) else ln for ln in code.split("\n"))
+    code = textwrap.dedent(code)
+    try:
+        toks = list(tokenize.generate_tokens(io.StringIO(code + "\n").readline))
+    except (tokenize.TokenError, IndentationError, SyntaxError):
+        if "\n" not in code.strip():
+            return []
+        # tokenize line by line (a fragment that is not a whole program)
+        return [ln for part in code.split("\n") for ln in _lines(part.strip())]
+    out, cur, depth = [], [], 0
+    for tok in toks:
+        kind, text = tok.type, tok.string
+        if kind in (tokenize.NEWLINE, tokenize.ENDMARKER):
+            if cur:
+                out.append(tuple(cur))
+            cur = []
+            continue
+        if kind in (tokenize.NL, tokenize.COMMENT, tokenize.INDENT, tokenize.DEDENT,
+                    tokenize.ENCODING):
+            continue
+        if kind == getattr(tokenize, "FSTRING_START", -1):
+            depth += 1
+            continue
+        if kind == getattr(tokenize, "FSTRING_END", -1):
+            depth -= 1
+            if depth == 0:
+                cur.append("''")
+            continue
+        if depth:
+            continue
+        if kind == tokenize.NUMBER:
+            cur.append("0")
+        elif kind == tokenize.STRING:
+            cur.append("''")
+        elif text == "." and cur and isinstance(cur[-1], tuple):
+            cur.pop()                           # a dotted name reads as its last part
+        elif kind == tokenize.NAME and text not in KEEP:
+            cur.append(("N", text))
+        elif text not in "()":                  # parentheses: (a % b) % c reads a % b % c
+            cur.append(text)
+    if cur:
+        out.append(tuple(cur))
+    return out
+
+
+def _shape(line):
+    """A line with its placeholders numbered in order of appearance: the key of the index."""
+    seen = {}
+    return tuple(seen.setdefault(t[1], f"${len(seen)}") if isinstance(t, tuple) else t
+                 for t in line)
+
+
+def _same_names(run_a, run_b):
+    """One consistent renaming maps the placeholders of ``run_a`` onto those of ``run_b``:
+    the number of leading lines for which it holds."""
+    fwd, back = {}, {}
+    for n, (la, lb) in enumerate(zip(run_a, run_b)):
+        for ta, tb in zip(la, lb):
+            if isinstance(ta, tuple):
+                if fwd.setdefault(ta[1], tb[1]) != tb[1] or back.setdefault(tb[1], ta[1]) != ta[1]:
+                    return n
+    return len(run_a)
+
+
+# ----------------------------------------------------------------------------- sources
+def _markdown_code(text):
+    blocks = re.findall(r"```[a-z]*\n(.*?)```", text, flags=re.S)
+    rest = re.sub(r"```.*?```", "", text, flags=re.S)
+    return blocks + re.findall(r"`([^`\n]+)`", rest)
+
+
+def _answer_regions(code):
+    regions, cur = [], None
+    for line in code.split("\n"):
+        if BEGIN.match(line):
+            cur = []
+        elif END.match(line) and cur is not None:
+            regions.append("\n".join(cur))
+            cur = None
+        elif cur is not None:
+            cur.append(line)
+    return regions
+
+
+@lru_cache(maxsize=None)
+def answers():
+    """{exercise: (notebook, [answer region texts])} for every graded exercise."""
+    out = {}
+    for path in sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")):
+        nb = json.loads(path.read_text())
+        pending = []
+        for cell in nb["cells"]:
+            g = _grade(cell)
+            if g.get("solution"):
+                pending += _answer_regions(_src(cell))
+            elif g.get("grade"):
+                out[_exercise(g["grade_id"])] = (path.stem, pending)
+                pending = []
+    return out
+
+
+@lru_cache(maxsize=None)
+def corpus():
+    """[(where, [lines])]: the units a student can read, each cut into logical lines."""
+    units = []
+    for path in sorted((ROOT / "gemm_lessons").rglob("*.py")):
+        units.append((str(path.relative_to(ROOT)), _lines(path.read_text())))
+    for folder in ("notebooks", "exercises"):
+        for path in sorted((ROOT / folder).glob("*.ipynb")):
+            nb = json.loads(path.read_text())
+            for i, cell in enumerate(nb["cells"]):
+                where = f"{folder}/{path.name} cell {i}"
+                if cell["cell_type"] == "code":
+                    units.append((where, _lines(_src(cell))))
+                elif cell["cell_type"] == "markdown":
+                    for block in _markdown_code(_src(cell)):
+                        units.append((where, _lines(block)))
+    for ex, (_, regions) in answers().items():
+        for region in regions:
+            units.append((f"the answer of {ex}", _lines(region)))
+    return units
+
+
+@lru_cache(maxsize=None)
+def index():
+    """{line shape: [(unit, line number)]}."""
+    idx = {}
+    for u, (_, lines) in enumerate(corpus()):
+        for j, line in enumerate(lines):
+            idx.setdefault(_shape(line), []).append((u, j))
+    return idx
+
+
+def leaks(ex):
+    """[(where, matched answer text)]: the places that hold the answer of ``ex``."""
+    _, regions = answers()[ex]
+    lines = [ln for region in regions for ln in _lines(region)]
+    total = sum(map(len, lines))
+    units, idx = corpus(), index()
+    own = f"the answer of {ex}"
+    covered, longest = {}, {}       # per place: answer lines matched; its longest run
+    for i, line in enumerate(lines):
+        for u, j in idx.get(_shape(line), ()):
+            where, other = units[u]
+            if where == own:
+                continue
+            place = where.split(" cell ")[0]
+            k = 0
+            while (i + k < len(lines) and j + k < len(other)
+                   and _shape(lines[i + k]) == _shape(other[j + k])):
+                k += 1
+            k = _same_names(lines[i:i + k], other[j:j + k])
+            tokens = sum(map(len, lines[i:i + k]))
+            if tokens < FLOOR:
+                continue
+            covered.setdefault(place, set()).update(range(i, i + k))
+            if tokens > longest.get(place, (0, ""))[0]:
+                longest[place] = (tokens, _text(lines[i:i + k]))
+    found = []
+    for place, rows in covered.items():
+        share = sum(len(lines[r]) for r in rows)
+        if share >= COVER * total or longest[place][0] >= MIN_TOKENS:
+            found.append((place, f"{share} of {total} tokens; {longest[place][1]}"))
+    return sorted(found)
+
+
+def _text(lines):
+    return " / ".join(" ".join(t[1] if isinstance(t, tuple) else t for t in ln) for ln in lines)
+
+
+EXERCISES = sorted(answers())
+
+
+@pytest.mark.parametrize("ex", EXERCISES)
+def test_answer_stands_nowhere_a_student_reads(ex):
+    found = leaks(ex)
+    if ex in KNOWN_LEAKS:
+        assert found, f"{ex} no longer leaks: remove it from KNOWN_LEAKS"
+        return
+    assert not found, f"{ex}'s answer stands elsewhere:\n" + "\n".join(
+        f"  {where}: {text[:300]}" for where, text in found)
+
+
+def test_known_leaks_name_exercises():
+    assert set(KNOWN_LEAKS) <= set(EXERCISES), set(KNOWN_LEAKS) - set(EXERCISES)
+    assert set(NO_CHEAT_YET) <= set(EXERCISES), set(NO_CHEAT_YET) - set(EXERCISES)
+
+
+def test_every_exercise_has_a_cheat_that_is_caught():
+    table = yaml.safe_load((ROOT / "tests" / "exercise_mutants.yaml").read_text())
+    cheats = {}
+    for entry in table:
+        ex = _exercise(entry["check"])
+        for m in entry["mutants"]:
+            if "cheat" in m:
+                assert "known_gap" not in m, f"{ex}: the cheat {m['name']!r} passes its check"
+                cheats.setdefault(ex, []).append(m["name"])
+    for ex in EXERCISES:
+        if ex in NO_CHEAT_YET:
+            assert ex not in cheats, f"{ex} has a cheat now: remove it from NO_CHEAT_YET"
+        else:
+            assert ex in cheats, (f"{ex}: no cheat in tests/exercise_mutants.yaml (an answer "
+                                  "that calls the package's own function, with `cheat:`)")
+
+
+def test_the_rule_finds_a_renamed_copy_and_ignores_trivial_lines():
+    """The matcher on known text: a copy with names and constants changed is found, a
+    trivial line is not, and a renaming that is not consistent is not a copy."""
+    a = _lines("x = i * 4 + j\nif x < n:\n    out[x] = acc[i, j] * alpha + beta * y[x]\n")
+    b = _lines("pos = r * 8 + c\nif pos < M:\n    C[pos] = s[r, c] * alpha + beta * z[pos]\n")
+    assert len(a) == len(b) == 3 and all(_shape(p) == _shape(q) for p, q in zip(a, b))
+    assert _same_names(a, b) == 3
+    c = _lines("pos = r * 8 + c\nif pos < M:\n    C[pos] = s[c, r] * alpha + beta * z[pos]\n")
+    assert _same_names(a, c) == 2
+    assert sum(map(len, _lines("cuda.syncthreads()"))) < FLOOR
+    assert sum(map(len, _lines("return x"))) < FLOOR
+    assert sum(map(len, _lines(
+        "return stages * (BM * (BK + pad) + BK * (BN + pad)) * 2"))) >= FLOOR
+    assert _shape(_lines("ptx.cp_async_wait_group(0)")[0]) == _shape(
+        _lines("cp_async_wait_group(1)")[0])
+    assert _shape(_lines("p = (a % b) % c")[0]) == _shape(_lines("q = x % y % z")[0])
