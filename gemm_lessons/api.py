@@ -7,6 +7,7 @@ import numbers
 import torch
 
 from . import engines as _backend
+from . import fastpath as _fast
 from . import harness as _harness
 from . import registry as _registry
 from .common import dtype_name as _dt
@@ -151,6 +152,12 @@ def _checked_call(kernel, a, b, out):
     return entry, out
 
 
+# The kinds of call gl.matmul and gl.gemm have seen on a GPU, and their launch plans
+# (see gemm_lessons.fastpath): from the third call of a kind on, a call replays its launches.
+_MATMULS = _fast.Cache()
+_GEMMS = _fast.Cache()
+
+
 def matmul(a, b, kernel="k01_coalesced", *, out=None):
     """``a @ b`` computed by ``kernel`` (a registered name, see :func:`kernels`).
 
@@ -158,14 +165,22 @@ def matmul(a, b, kernel="k01_coalesced", *, out=None):
     on a GPU and CPU tensors on the simulator, any strides. Returns a new contiguous (M, N)
     tensor of the same dtype, or writes into ``out`` (contiguous, (M, N), same dtype).
 
-    Each call checks its arguments and goes through the kernel's launcher: tens of
-    microseconds of Python before the GPU starts. To repeat one product many times on
-    small operands, :func:`prepare` resolves all of it once.
+    On a GPU, the first call of a kind (kernel, and the operands' shapes, strides, dtypes,
+    device and alignment) goes through the kernel's launcher; from the third on, a call
+    checks its arguments and replays the launches the second one recorded, where the
+    launcher made no copy that a replay would leave stale (:mod:`gemm_lessons.fastpath`).
+    To repeat one product on fixed operands with the least Python, :func:`prepare`.
     """
     entry, out = _checked_call(kernel, a, b, out)
     M, N = out.shape
     if _backend.on_gpu():             # one launch: nothing to guard, no row slicing
-        entry.launch(a, b, out)
+        tk = _fast.tensor_key
+        key = (entry.name, tk(a), tk(b), tk(out), _fast.aliasing(a, b, out))
+        plan = _MATMULS.get(key)
+        if plan.__class__ is _fast.Plan:      # the third call of a kind on: replay it
+            plan(a, b, out)
+        else:
+            _MATMULS.run(key, lambda: entry.launch(a, b, out), (a, b, out), out)
         return out
     from .guard import run as guarded   # on the simulator: a size warning, progress
     guarded(entry, "gl.matmul", 1, M, N, a.shape[1],     # (its warning names our caller)
@@ -174,109 +189,6 @@ def matmul(a, b, kernel="k01_coalesced", *, out=None):
 
 
 # ------------------------------------------------------------------- the prepared fast path
-def _storage_span(t):
-    s = t.untyped_storage()
-    return s.data_ptr(), s.data_ptr() + s.nbytes()
-
-
-def _address(x):
-    """The device address an argument of a recorded launch points at, None for a plain
-    value (a number, a string, None), or False for anything else (not replayable)."""
-    if x is None or isinstance(x, (numbers.Number, str)):
-        return None
-    if isinstance(x, torch.Tensor):
-        return x.data_ptr()
-    desc = getattr(x, "__cuda_array_interface__", None)    # a numba device array
-    if desc is not None:
-        return desc["data"][0]
-    base = getattr(x, "base", None)          # a Triton TensorDescriptor (TMA): its tensor
-    if isinstance(base, torch.Tensor):
-        return base.data_ptr()
-    return False
-
-
-class _Recorder:
-    """Records the kernel launches a launcher makes, at the lowest level that Python sees:
-    the call of Triton's launcher object (``driver.active.launcher_cls``: grid, stream,
-    function handle, metadata, then the kernel's arguments) and numba's compiled-kernel
-    ``launch`` (both after argument binding, specialisation, cache lookup and type
-    dispatch). Replaying them skips all of that. Internal APIs: where they are not as
-    expected, ``ok`` is False and the prepared call keeps calling the launcher."""
-
-    def __init__(self):
-        self.launches = []
-        self.ok = True
-
-    def __enter__(self):
-        self._undo = []
-        launches = self.launches
-        try:
-            from triton.runtime import driver
-            cls = driver.active.launcher_cls
-            real_call = cls.__call__
-
-            def call(launcher, *args, **kwargs):
-                if kwargs or len(args) < 9:
-                    self.ok = False
-                else:        # grid x, y, z, stream, function, metadata, launch metadata, hooks
-                    launches.append(("triton", launcher, args[9:], args[:9]))
-                return real_call(launcher, *args, **kwargs)
-            cls.__call__ = call
-            self._undo.append(lambda: setattr(cls, "__call__", real_call))
-        except (ImportError, AttributeError, RuntimeError):
-            self.ok = False
-        try:
-            from numba.cuda.dispatcher import _Kernel
-            real_launch = _Kernel.launch
-
-            def launch(kernel, args, griddim, blockdim, stream=0, sharedmem=0):
-                launches.append(("numba", kernel, tuple(args), (griddim, blockdim, sharedmem)))
-                return real_launch(kernel, args, griddim, blockdim, stream, sharedmem)
-            _Kernel.launch = launch
-            self._undo.append(lambda: setattr(_Kernel, "launch", real_launch))
-        except (ImportError, AttributeError):
-            self.ok = False
-        return self
-
-    def __exit__(self, *exc):
-        for undo in reversed(self._undo):
-            undo()
-
-
-def _cuda_stream():
-    """The raw handle of torch's current CUDA stream: where a replayed launch goes (inside a
-    graph capture, the capturing stream)."""
-    return torch.cuda.current_stream().cuda_stream
-
-
-def _replayer(launches):
-    """One function that repeats ``launches`` on the current stream."""
-    from . import engines
-    steps = []
-    for rec in launches:
-        if rec[0] == "triton":
-            _, launcher, args, head = rec
-            g0, g1, g2, _, function, packed = head[:6]
-
-            def step(launcher=launcher, g0=g0, g1=g1, g2=g2, function=function, packed=packed,
-                     args=args):
-                launcher(g0, g1, g2, _cuda_stream(), function, packed, None, None, None, *args)
-        else:
-            _, kernel, args, (griddim, blockdim, sharedmem) = rec
-
-            def step(kernel=kernel, args=args, griddim=griddim, blockdim=blockdim,
-                     sharedmem=sharedmem):
-                kernel.launch(args, griddim, blockdim, engines.numba_stream(), sharedmem)
-        steps.append(step)
-    if len(steps) == 1:
-        return steps[0]
-
-    def replay():
-        for step in steps:
-            step()
-    return replay
-
-
 class Prepared:
     """``a @ b`` with one kernel on fixed operands, resolved once: made by :func:`prepare`.
 
@@ -367,49 +279,20 @@ def prepare(kernel, a, b, out=None, *, graph=False):
     return Prepared(entry, a, b, out, *_record(entry, a, b, out, launcher))
 
 
-def _replay_safe(launches, tensors):
-    """Whether repeating ``launches`` (records ``(kind, kernel, args, launch config)``)
-    reads and writes only ``tensors``: every argument is a plain value or points into the
-    memory of one of them. A launcher that copied an operand (to make it contiguous, to pad
-    it, to widen its dtype) launched on the copy, which a replay would leave stale."""
-    if not launches:
-        return False
-    spans = [_storage_span(t) for t in tensors]
-    for launch in launches:
-        for x in launch[2]:
-            addr = _address(x)
-            if addr is False or (addr is not None
-                                 and not any(lo <= addr < hi for lo, hi in spans)):
-                return False
-    return True
-
-
 def _record(entry, a, b, out, launcher):
-    """(mode, function): the recorded launches when replaying them is safe, else the
-    launcher. Safe: every pointer a launch takes lies in a, b or out (the launcher made no
-    copy that a replay would leave stale), and a replay into an output full of NaN gives
-    the launcher's result bit for bit (nothing else, such as a zeroing, was needed)."""
+    """(mode, function): a :class:`~gemm_lessons.fastpath.Plan` of the launcher's launches
+    where one can be made (see :mod:`gemm_lessons.fastpath`), else the launcher."""
     launcher()                          # compiles, autotunes, fills the launchers' caches
     out.fill_(float("nan"))
-    try:
-        with _Recorder() as rec:
+    plan = _fast.record_plan(launcher, (a, b, out), out)
+    if plan is None:
+        return "launcher", launcher
+
+    def replay():
+        if plan.valid():
+            plan(a, b, out)
+        else:                           # a kept buffer it used was replaced: relaunch
             launcher()
-    except Exception:                   # the recording hooks did not fit: keep the launcher
-        launcher()
-        return "launcher", launcher
-    if not rec.ok or not _replay_safe(rec.launches, (a, b, out)):
-        return "launcher", launcher
-    expect = out.clone()
-    out.fill_(float("nan"))
-    replay = _replayer(rec.launches)
-    try:
-        replay()
-        same = torch.equal(out, expect)
-    except Exception:                   # an internal API not as recorded: keep the launcher
-        same = False
-    if not same:
-        launcher()
-        return "launcher", launcher
     return "replay", replay
 
 
@@ -447,6 +330,14 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None,
     * Any strides, transposed views included, without hidden copies.
     Returns a new tensor, (M, N) or (B, M, N), in the inputs' dtype.
     """
+    key = _gemm_key(kernel, a, b, c, alpha, beta, bias, activation)
+    if key is not None:
+        plan = _GEMMS.get(key)
+        if plan.__class__ is _fast.Plan:      # a kind validated and recorded before
+            B, M, N, batched = _GEMMS.notes[key]
+            out = torch.empty(B, M, N, dtype=a.dtype, device=a.device)
+            plan(a, b, c, bias, out)
+            return out if batched else out[0]
     entry = _registry.get(kernel)
     if entry.gemm is None:
         gemms = [k.name for k in _registry.entries() if k.gemm is not None]
@@ -514,10 +405,32 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None,
     c3 = None if c is None else (c if c.dim() == 3 else c.unsqueeze(0)).expand(B, M, N)
     out = torch.empty(B, M, N, dtype=a.dtype, device=a.device)
     from .guard import run as guarded   # on the simulator: a size warning, progress
-    guarded(entry, "gl.gemm", B, M, N, K, lambda bs, rows: entry.gemm(
-        a3[bs, rows], b3[bs], None if c3 is None else c3[bs, rows], out[bs, rows],
-        float(alpha), float(beta), bias, activation))
+
+    def launch():
+        guarded(entry, "gl.gemm", B, M, N, K, lambda bs, rows: entry.gemm(
+            a3[bs, rows], b3[bs], None if c3 is None else c3[bs, rows], out[bs, rows],
+            float(alpha), float(beta), bias, activation))
+    if key is None:
+        launch()
+    else:
+        _GEMMS.run(key, launch, (a, b, c, bias, out), out)
+        _GEMMS.notes[key] = (B, M, N, batched)
     return out if batched else out[0]
+
+
+def _gemm_key(kernel, a, b, c, alpha, beta, bias, activation):
+    """The kind of a gl.gemm call on a GPU (everything its checks and launcher decide on),
+    or None where the call takes the full path every time (not on a GPU, arguments of other
+    types: their errors are raised there)."""
+    T = torch.Tensor
+    if not (_backend.on_gpu() and isinstance(kernel, str) and type(a) is T and type(b) is T
+            and (c is None or type(c) is T) and (bias is None or type(bias) is T)
+            and type(alpha) in (float, int) and type(beta) in (float, int)
+            and (activation is None or type(activation) is str)):
+        return None
+    tk = _fast.tensor_key
+    return (kernel, tk(a), tk(b), tk(c), tk(bias), type(alpha), alpha, type(beta), beta,
+            activation, _fast.aliasing(a, b, c, bias))
 
 
 def _runner(entry):

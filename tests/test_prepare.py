@@ -4,7 +4,7 @@ import pytest
 import torch
 
 import gemm_lessons as gl
-from gemm_lessons import api, harness
+from gemm_lessons import api, fastpath, harness
 
 DEV = gl.device()
 KERNELS = [("k01_coalesced", torch.float32), ("k07_triton_swizzle", torch.float16)]
@@ -131,14 +131,104 @@ def test_matmul_checks_every_call_after_the_first():
 def test_replay_is_refused_when_a_launch_reads_a_copy():
     a, b = operands(torch.float32)
     out = torch.empty(a.shape[0], b.shape[1], device=DEV)
-    launch = lambda *args: [("triton", None, args, None)]
-    safe = lambda *args: api._replay_safe(launch(*args), (a, b, out))
+    launch = lambda *args: [("triton", None, (0, 1, 1, 0, "fn", "meta", None, None, None), args)]
+    safe = lambda *args: fastpath.build(launch(*args), (a, b, out)) is not None
     assert safe(a, b, out, 19, 11, 13, "ieee", None)
     assert safe(a[3:], b.t(), out[:, 2:], 1.5)               # views of the operands
     assert not safe(a.contiguous().clone(), b, out)          # a copy: a replay reads stale data
     assert not safe(a, b, torch.empty_like(out))             # a workspace
-    assert not safe(a, b, out, object())                     # an argument it cannot place
-    assert not api._replay_safe([], (a, b, out))             # nothing recorded
+    assert not safe(a, b, out, type("Mem", (), {"data_ptr": lambda s: 0})())   # memory
+    assert not safe(a, b, out, 2 ** 40)                      # a raw address it cannot place
+    assert fastpath.build([], (a, b, out)) is None           # nothing recorded
+
+
+def test_a_kept_buffer_may_be_replayed_until_it_is_replaced():
+    a, b = operands(torch.float32)
+    out = torch.empty(a.shape[0], b.shape[1], device=DEV)
+    ws = torch.empty(64, device=DEV)
+    head = (0, 1, 1, 0, "fn", "meta", None, None, None)
+    assert fastpath.build([("triton", None, head, (a, b, out, ws))], (a, b, out)) is None
+    fastpath.keep(ws)
+    plan = fastpath.build([("triton", None, head, (a, b, out, ws[8:]))], (a, b, out))
+    assert plan is not None and plan.valid()
+    fastpath.forget(ws)                   # its launcher grew it: the plan must not run
+    assert not plan.valid()
+
+
+def test_a_changed_stride_dtype_alignment_or_alias_is_another_kind_of_call():
+    a, b = operands(torch.float16, M=32, K=32, N=32)
+    key = fastpath.tensor_key
+    assert key(a) == key(a.clone())                          # same kind: a plan serves both
+    assert key(a) != key(a.t())                              # strides
+    assert key(a) != key(a.float())                          # dtype
+    assert key(a[:, 1:].contiguous()) != key(a[:, 1:])       # strides and alignment
+    flat = torch.empty(32 * 32 + 1, dtype=torch.float16, device=DEV)
+    assert key(flat[:1024].view(32, 32)) != key(flat[1:].view(32, 32))   # 2-byte offset
+    assert fastpath.aliasing(a, b, None) == (0, 1, 2)
+    assert fastpath.aliasing(a, a, None) == (0, 0, 2)        # a @ a: not a @ b's plan
+
+
+def test_the_cache_runs_records_then_replays_with_new_tensors(monkeypatch):
+    # Triton's launcher object, faked: what the recording sees of a launch and what a
+    # replay passes back (the new tensors, the stream of the moment, no metadata or hooks)
+    from triton.runtime import driver
+    calls = []
+
+    class FakeLauncher:
+        def __call__(self, g0, g1, g2, stream, function, packed, meta, enter, exit_, *args):
+            calls.append((g0, g1, g2, stream, function, packed, meta, enter, exit_))
+            a, b, out, desc = args[:4]
+            out.copy_(a @ desc.base)
+
+    class Desc:                           # a host-side TMA descriptor: its tensor is .base
+        def __init__(self, base):
+            self.base = base
+
+    monkeypatch.setattr(type(driver), "active",
+                        property(lambda self: type("Fake", (), {"launcher_cls": FakeLauncher})))
+    monkeypatch.setattr(fastpath, "cuda_stream", lambda: 222)
+    launcher, real_call = FakeLauncher(), FakeLauncher.__call__
+    launcher_calls = []
+
+    def launch(a, b, out):
+        launcher_calls.append(1)
+        launcher(4, 1, 1, 111, "fn", "meta", "launch meta", "enter", "exit", a, b, out, Desc(b),
+                 19, "tf32")
+
+    cache = fastpath.Cache()
+    for i in range(4):
+        a, b = operands(torch.float32, seed=i)
+        out = torch.full((a.shape[0], b.shape[1]), float("nan"), device=a.device)
+        key = ("fake", fastpath.tensor_key(a), fastpath.tensor_key(b))
+        plan = cache.get(key)
+        if isinstance(plan, fastpath.Plan):
+            plan(a, b, out)
+        else:
+            cache.run(key, lambda: launch(a, b, out), (a, b, out), out)
+        assert torch.equal(out, a @ b), f"call {i}"
+    assert FakeLauncher.__call__ is real_call                 # the hook is removed on exit
+    assert len(launcher_calls) == 2                           # first and recorded call
+    assert calls[-1] == (4, 1, 1, 222, "fn", "meta", None, None, None)
+
+
+def test_a_numba_launch_replays_with_the_new_addresses(monkeypatch):
+    from gemm_lessons import engines
+    a, b = operands(torch.float32)
+    out = torch.empty(a.shape[0], b.shape[1], device=DEV)
+    seen = []
+    fake_launch = lambda stream, config, kernel, *args: seen.append((stream, args))
+    monkeypatch.setattr(engines, "numba_stream", lambda: "stream")
+    big = 2 ** 33
+    a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
+    args = (0, 0, a.numel(), 4, a_ptr, *a.shape, 13 * 4, 4, 0, 0, b.numel(), 4, b_ptr + 8, 7)
+    plan = fastpath.build([("numba", fake_launch, "s", "cfg", "kern", args)], (a, b, out))
+    a2, b2 = operands(torch.float32, seed=3)
+    plan(a2, b2, out)
+    stream, got = seen[-1]
+    assert stream == "stream" and got[4] == a2.data_ptr() and got[13] == b2.data_ptr() + 8
+    assert got[:4] == args[:4] and got[-1] == 7
+    assert fastpath.build([("numba", fake_launch, "s", "cfg", "kern", args + (big,))],
+                          (a, b, out)) is None                  # an address of no role
 
 
 def test_the_tools_parse_sizes_and_launch_cost_needs_a_gpu(tool):
@@ -153,35 +243,3 @@ def test_the_tools_parse_sizes_and_launch_cost_needs_a_gpu(tool):
     if gl.backend() != "cuda":
         with pytest.raises(SystemExit, match="need a CUDA GPU"):
             tool.main(["--size", "64"])
-
-
-def test_recorded_triton_launch_replays_with_the_current_stream(monkeypatch):
-    # Triton's launcher object, faked: what _Recorder sees of a launch and what a replay
-    # passes back (the stream of the moment, no launch metadata or hooks)
-    from triton.runtime import driver
-    calls = []
-
-    class FakeLauncher:
-        def __call__(self, g0, g1, g2, stream, function, packed, meta, enter, exit_, *args):
-            calls.append((g0, g1, g2, stream, function, packed, meta, enter, exit_))
-            a, b, out = args[:3]
-            out.copy_(a @ b)
-
-    monkeypatch.setattr(type(driver), "active",
-                        property(lambda self: type("Fake", (), {"launcher_cls": FakeLauncher})))
-    a, b = operands(torch.float32)
-    out = torch.full((a.shape[0], b.shape[1]), float("nan"), device=a.device)
-    launcher = FakeLauncher()
-    real_call = FakeLauncher.__call__
-    with api._Recorder() as rec:
-        launcher(4, 1, 1, 111, "fn", "meta", "launch meta", "enter", "exit", a, b, out, 19, "tf32")
-    assert FakeLauncher.__call__ is real_call                  # the hook is removed on exit
-    assert [r[0] for r in rec.launches] == ["triton"]
-    assert rec.launches[0][2] == (a, b, out, 19, "tf32")
-    assert api._replay_safe(rec.launches, (a, b, out))
-    monkeypatch.setattr(api, "_cuda_stream", lambda: 222)
-    a.mul_(-1.0)                                               # new values, same memory
-    out.fill_(float("nan"))
-    api._replayer(rec.launches)()
-    assert calls[-1] == (4, 1, 1, 222, "fn", "meta", None, None, None)
-    assert torch.equal(out, a @ b)

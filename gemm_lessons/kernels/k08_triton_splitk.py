@@ -26,7 +26,7 @@ import torch
 import triton
 import triton.language as tl
 
-from .. import engines
+from .. import engines, fastpath
 from ..common import cdiv, sm_count
 from . import Kernel
 from .k07_triton_swizzle import DTYPES, check_offsets, grouped_pid, operands
@@ -262,12 +262,16 @@ _BUFFERS = {}   # device -> (fp32 workspace, int32 counters, all zero between la
 
 
 def buffers(device, ws_elems, n_counters):
-    """The device's workspace and counters, grown (never shrunk) to the sizes asked for."""
+    """The device's workspace and counters, grown (never shrunk) to the sizes asked for; kept
+    for good (:func:`gemm_lessons.fastpath.keep`), so a launch plan may take their addresses."""
     ws, counts = _BUFFERS.get(device, (None, None))
     if ws is None or ws.numel() < ws_elems:
-        ws = torch.empty(max(ws_elems, 1), dtype=torch.float32, device=device)
+        fastpath.forget(ws)      # launch plans that used the old one are dropped
+        ws = fastpath.keep(torch.empty(max(ws_elems, 1), dtype=torch.float32, device=device))
     if counts is None or counts.numel() < n_counters:
-        counts = torch.zeros(max(n_counters, 1), dtype=torch.int32, device=device)
+        fastpath.forget(counts)
+        counts = fastpath.keep(torch.zeros(max(n_counters, 1), dtype=torch.int32,
+                                           device=device))
     _BUFFERS[device] = (ws, counts)
     return ws, counts
 
