@@ -1,0 +1,191 @@
+"""The checks of lesson 01 (naive kernel): ``exercises/01_*.ipynb``."""
+from __future__ import annotations
+
+from collections import defaultdict
+
+import torch
+
+from .. import harness
+from .guards import ExerciseError, run_answer
+from .products import ceil_div, check_product, sim_launch, small_suite
+
+
+def _ref_k01():
+    """One thread per element, consecutive threadIdx.x on consecutive columns: lesson 01's
+    coalesced kernel, as the package registers it."""
+    from ..kernels.k01_naive import coalesced_kernel
+    return coalesced_kernel
+
+
+def ex01_kernel(kernel):
+    """Lesson 01, exercise 1: a coalesced kernel with a 1-D block of 256 threads, each block
+    an 8 x 32 tile of C; launched with a grid that covers C."""
+    from .. import counters
+
+    def run(a, b, c):
+        M, N = c.shape
+        sim_launch(kernel, (ceil_div(N, 32) + 1, ceil_div(M, 8) + 1), 256, a, b, c)
+
+    # the lesson's point first: which element a thread computes decides the sectors touched
+    a, b = harness.make_operands(64, 64, 8)
+    c = torch.empty(64, 64)
+    with counters.trace(A=a, B=b, C=c) as t, run_answer("my_kernel"):
+        run(a, b, c)
+    s = t.global_summary()
+    if not (s["B"]["load"] <= 4 and s["C"]["store"] <= 4):
+        raise ExerciseError(
+            f"B loads use {s['B']['load']:.0f} and C stores {s['C']['store']:.0f} sectors per "
+            "warp request (4 when coalesced): consecutive threadIdx.x must map to consecutive "
+            "columns (col from the x dimension)")
+    report = check_product(run, "my_kernel", cases=small_suite(
+        ("square", "rectangular", "ragged", "M=1", "N=1", "K=1", "A transposed")))
+    return f"{report}; B loads and C stores coalesced (4 sectors per warp request)"
+
+
+def ex01_grid(launcher):
+    """Lesson 01, exercise 2: the launcher, run with a correct kernel (independent of
+    exercise 1)."""
+    kernel = _ref_k01()
+    report = check_product(lambda a, b, c: launcher(kernel, a, b, c), "my_launcher")
+    return str(report)
+
+
+def _sectors_truth(x, row, col0, *, stride=True, elem=True, base=True, guard=True, sector=32):
+    """Sectors of the request ``x[row, col0 + lane]`` (lane 0..31): the truth, and with a
+    flag off, the answer a typical mistake gives."""
+    from ..counters import Access, sectors_per_request
+    e = x.element_size()
+    s0, s1 = (x.stride(0), x.stride(1)) if stride else (x.shape[1], 1)
+    start = x.data_ptr() if base else 0
+    accesses = []
+    for lane in range(32):
+        col = col0 + lane
+        if guard and col >= x.shape[1]:
+            continue
+        off = row * s0 + col * s1
+        addr = start + off * (e if elem else 4)
+        accesses.append(Access("global", "x", "load", (0, 0, 0), 0, lane, 0, addr,
+                               e if elem else 4))
+    if sector == 32:
+        return sectors_per_request(accesses)
+    return len({b // sector for a in accesses for b in (a.addr, a.addr + a.nbytes - 1)})
+
+
+def _sector_cases():
+    """(description, tensor view, row, col0): the views a kernel meets."""
+    gen = torch.Generator().manual_seed(1)
+    base = torch.randn(64, 64, generator=gen)
+    return [
+        ("a row-major float32 matrix", base, 3, 0),
+        ("a row-major float32 matrix, from column 32", base, 5, 32),
+        ("a transposed view (x = base.t())", base.t(), 3, 0),
+        ("a float16 matrix", base.half(), 2, 0),
+        ("a float64 matrix", base.double(), 2, 0),
+        ("a view that starts 3 columns in (x = base[:, 3:])", base[:, 3:], 0, 0),
+        ("every other column (x = base[:, ::2])", base[:, ::2], 1, 0),
+        ("a matrix of 40 columns, from column 32 (8 lanes in C)",
+         torch.randn(64, 40, generator=gen), 1, 32),
+    ]
+
+
+def ex01_sectors(warp_sectors):
+    """Lesson 01, exercise 3: the 32-byte sectors a warp's request ``x[row, col0 + lane]``
+    touches, from the view's strides, element size and address."""
+    mistakes = [
+        (dict(stride=False), "the strides: a transposed or sliced view is not row-major; "
+         "how many elements apart its rows and its columns are is x.stride()"),
+        (dict(elem=False), "the element size: offsets count elements, addresses count bytes "
+         "(x.element_size() bytes per element)"),
+        (dict(base=False), "where the view starts: a slice begins x.storage_offset() elements "
+         "into its storage; x.data_ptr() is its first element's byte address, and sectors "
+         "are counted from address 0"),
+        (dict(guard=False), "lanes past the last column: they fail the kernel's bounds check "
+         "and read nothing"),
+        (dict(sector=128), "the sector size: a request is served in 32-byte sectors, not "
+         "128-byte lines"),
+    ]
+    cases = _sector_cases()
+    with run_answer("warp_sectors"):
+        got = [warp_sectors(x, row, col0) for _, x, row, col0 in cases]
+    want = [_sectors_truth(x, row, col0) for _, x, row, col0 in cases]
+    if got != want:
+        # the mistake whose answers are the learner's on every view
+        why = next((w for flags, w in mistakes
+                    if got == [_sectors_truth(x, r, c0, **flags) for _, x, r, c0 in cases]),
+                   "the byte address of each lane's element (the view's first element, its "
+                   "strides, its element size), then the distinct 32-byte sectors among the "
+                   "lanes whose column is inside x")
+        j = next(n for n, (g, w) in enumerate(zip(got, want)) if g != w)
+        what, x, row, col0 = cases[j]
+        raise ExerciseError(
+            f"{what} (strides {tuple(x.stride())}, {x.element_size()}-byte elements), row "
+            f"{row}, columns from {col0}: got {got[j]!r} sectors, expected {want[j]}.\n"
+            f"Likely cause: {why}")
+    return (f"warp_sectors: right on {len(cases)} views (row-major float32 {want[0]} sectors, "
+            f"transposed {want[2]}, float16 {want[3]}, starting 3 columns in {want[5]})")
+
+
+_traffic_cache = {}
+
+
+def _measured_traffic(kernel, M, N, K):
+    """{("A", "load"): bytes, ...}: the sectors a launch of the registered lesson-01 kernel
+    requests, measured with counters.trace, times 32 bytes."""
+    key = (kernel, M, N, K)
+    if key not in _traffic_cache:
+        from .. import counters
+        from ..kernels import k01_naive
+        launch = {"k01_naive": k01_naive.naive, "k01_coalesced": k01_naive.coalesced}[kernel]
+        a, b = harness.make_operands(M, N, K)
+        c = torch.empty(M, N)
+        with counters.trace(A=a, B=b, C=c) as t:
+            launch(a, b, c)
+        per = defaultdict(int)
+        for (space, arr, op, *_), req in t.requests("global").items():
+            per[(arr, op)] += counters.sectors_per_request(req) * counters.SECTOR_BYTES
+        _traffic_cache[key] = dict(per)
+    return _traffic_cache[key]
+
+
+def ex01_traffic(traffic):
+    """Lesson 01, exercise 4: the flops and the bytes requested (sectors x 32) of a launch of
+    ``k01_naive`` and ``k01_coalesced``, checked against the simulator's count."""
+    lines = []
+    for kernel, other in (("k01_coalesced", "k01_naive"), ("k01_naive", "k01_coalesced")):
+        for M, N, K in ((64, 32, 8), (32, 64, 9)):
+            with run_answer("traffic"):
+                got = traffic(kernel, M, N, K)
+            if not (isinstance(got, (tuple, list)) and len(got) == 2):
+                raise ExerciseError(f"traffic({kernel!r}, {M}, {N}, {K}) returned {got!r}: "
+                                    "return a pair (flops, bytes)")
+            flops, nbytes = got
+            where = f"{kernel}, M={M}, N={N}, K={K}"
+            if flops != 2 * M * N * K:
+                why = ("a multiply-add is 2 flops" if flops == M * N * K else
+                       "every element of C is a dot product of length K")
+                raise ExerciseError(f"{where}: {flops!r} flops, expected {2 * M * N * K}: {why}")
+            m = _measured_traffic(kernel, M, N, K)
+            want = sum(m.values())
+            if nbytes == want:
+                continue
+            mo = sum(_measured_traffic(other, M, N, K).values())
+            useful = 4 * (2 * M * N * K + M * N)
+            if nbytes == want // 32:
+                why = "that is the number of sectors: each sector is 32 bytes"
+            elif nbytes == m[("A", "load")] + m[("B", "load")]:
+                why = "the stores of C are warp requests too (one per warp, at the end)"
+            elif nbytes == mo:
+                why = (f"that is {other}'s traffic: in {kernel} consecutive threadIdx.x are "
+                       f"consecutive {'columns' if kernel == 'k01_coalesced' else 'rows'}")
+            elif nbytes == useful:
+                why = ("those are the bytes the lanes use; a request moves whole 32-byte "
+                       "sectors, however few of their bytes a lane needs")
+            else:
+                why = "count per warp and per k the sectors of A and of B, then the store of C"
+            raise ExerciseError(
+                f"{where}: {nbytes!r} bytes, the simulator counts {want} (A loads "
+                f"{m[('A', 'load')]}, B loads {m[('B', 'load')]}, C stores "
+                f"{m[('C', 'store')]}).\nLikely cause: {why}")
+        lines.append(f"{kernel} {2 * M * N * K / want:.2f}")
+    return ("traffic: flops and bytes right for both kernels; flops per requested byte at "
+            f"M={M}, N={N}, K={K}: " + ", ".join(lines))

@@ -1,0 +1,274 @@
+"""The checks of lesson 02 (shared-memory tiling): ``exercises/02_*.ipynb``."""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .. import harness
+from .guards import ExerciseError, HINTS, run_answer
+from .audits import barrier_audit
+from .products import bind_numba, ceil_div, check_product, sim_launch, small_suite
+
+
+def _numba_globals():
+    """Bind ``cuda`` and ``float32`` as globals of this module (see
+    :func:`products.bind_numba`)."""
+    bind_numba(globals())
+
+
+T02 = 16
+_ref02 = {}
+
+
+def _ref_k02():
+    if "k" not in _ref02:
+        _numba_globals()
+        T = T02
+
+        @cuda.jit
+        def ref_tiled(A, B, C):
+            sA = cuda.shared.array((T, T), float32)
+            sB = cuda.shared.array((T, T), float32)
+            M, K = A.shape
+            N = B.shape[1]
+            tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+            row, col = cuda.blockIdx.y * T + ty, cuda.blockIdx.x * T + tx
+            acc = float32(0.0)
+            for k0 in range(0, K, T):
+                sA[ty, tx] = A[row, k0 + tx] if row < M and k0 + tx < K else 0.0
+                sB[ty, tx] = B[k0 + ty, col] if k0 + ty < K and col < N else 0.0
+                cuda.syncthreads()
+                for k in range(T):
+                    acc += sA[ty, k] * sB[k, tx]
+                cuda.syncthreads()
+            if row < M and col < N:
+                C[row, col] = acc
+        _ref02["k"] = ref_tiled
+    return _ref02["k"]
+
+
+def _ref_launch02(a, b, c):
+    M, N = c.shape
+    sim_launch(_ref_k02(), (ceil_div(N, T02), ceil_div(M, T02)), (T02, T02), a, b, c)
+
+
+def ex02_tile_loop(kernel, T=T02):
+    """Lesson 02, exercise 1: the body of the tile loop (loads, barriers, multiply-adds)."""
+    def run(a, b, c):
+        M, N = c.shape
+        sim_launch(kernel, (ceil_div(N, T), ceil_div(M, T)), (T, T), a, b, c)
+
+    with barrier_audit() as audit:
+        report = check_product(run, "my_tiled", cases=small_suite(
+            ("square", "ragged", "M=1", "K=1", "A transposed")), audit=audit,
+            threads_per_block=T * T)
+    return str(report)
+
+
+class _LaunchRecorder:
+    """Stands for a numba kernel: ``inspect(config, args)`` sees each launch's (grid, block)
+    and arguments before it runs (and may raise), then the kernel is launched."""
+
+    def __init__(self, kernel, inspect):
+        self.kernel = kernel
+        self.inspect = inspect
+        self.launches = 0
+
+    def __getitem__(self, config):
+        def launch(*args):
+            self.inspect(config, args)
+            self.launches += 1
+            return self.kernel[config](*args)
+        return launch
+
+
+def _dims(d):
+    d = tuple(d) if isinstance(d, (tuple, list)) else (d,)
+    return tuple(int(x) for x in d) + (1,) * (3 - len(d))
+
+
+def ex02_launch(launcher, BM=16, BN=8):
+    """Lesson 02, exercise 2: the launcher of a correct BM x BN tiled kernel (threadIdx.x over
+    the BN columns of the tile, threadIdx.y over its BM rows): its block and its grid,
+    looked at before each launch, and the product on the shape suite."""
+    def inspect(config, args):
+        grid, block = _dims(config[0]), _dims(config[1])
+        M, N = args[2].shape
+        if block != (BN, BM, 1):
+            why = (f"the block is transposed: threadIdx.x runs over the BN = {BN} columns of "
+                   f"the tile, threadIdx.y over its BM = {BM} rows" if block[:2] == (BM, BN)
+                   else f"the kernel expects blocks of BN x BM = {BN} x {BM} threads (x: "
+                   "columns, y: rows)")
+            raise ExerciseError(f"M={M}, N={N}: the block is {block[:2]}: {why}")
+        need = (ceil_div(N, BN), ceil_div(M, BM))
+        if grid[0] < need[0] or grid[1] < need[1]:
+            if grid[:2] == (ceil_div(M, BM), ceil_div(N, BN)):
+                why = ("x and y swapped: blockIdx.x counts tiles along the columns (N), "
+                       "blockIdx.y along the rows (M)")
+            elif grid[:2] in ((N // BN, M // BM), (max(N // BN, 1), max(M // BM, 1))):
+                why = "integer division rounds down: a partial tile at the edge needs a block too"
+            else:
+                why = (f"{need[0]} blocks along x cover the {N} columns, {need[1]} along y "
+                       f"the {M} rows")
+            raise ExerciseError(f"M={M}, N={N}: {HINTS['grid']}: {grid[:2]} blocks of {BN} x "
+                                f"{BM} threads cover {grid[0] * BN} columns and {grid[1] * BM} "
+                                f"rows: {why}")
+
+    kernel = _LaunchRecorder(_rect_tiled(BM, BN), inspect)
+
+    def run(a, b, c):
+        before = kernel.launches
+        launcher(kernel, a, b, c)
+        if kernel.launches == before:
+            raise ExerciseError("my_launcher did not launch the kernel (kernel[grid, block](...))")
+
+    return str(check_product(run, "my_launcher", cases=small_suite(
+        ("square", "rectangular", "ragged", "M=1", "N=1"))))
+
+
+def ex02_loads(fn):
+    """Lesson 02, exercise 3: global loads per element of C, counted by the learner in a
+    trace of the launch it is given (the tiled kernel on shapes that are and are not
+    multiples of the tile, and lesson 01's coalesced kernel): a formula cannot pass."""
+    from .. import counters
+    from ..kernels.k01_naive import coalesced
+    launches = (("the tiled kernel (T = 16)", _ref_launch02, 32, 32, 32),
+                ("the tiled kernel (T = 16)", _ref_launch02, 16, 32, 48),
+                ("the tiled kernel (T = 16), a ragged shape", _ref_launch02, 20, 20, 24),
+                ("lesson 01's k01_coalesced", coalesced, 16, 16, 8))
+    for what, launcher, M, N, K in launches:
+        with run_answer("global_loads_per_element"):
+            got = fn(launcher, M, N, K)
+        a, b = harness.make_operands(M, N, K)
+        c = torch.empty(M, N)
+        with counters.trace(A=a, B=b, C=c) as t:
+            launcher(a, b, c)
+        glob = sum(1 for x in t.accesses if x.space == "global" and x.op == "load")
+        want = glob / (M * N)
+        if isinstance(got, (int, float)) and math.isclose(got, want):
+            continue
+        shared = sum(1 for x in t.accesses if x.space == "shared" and x.op == "load")
+        stores = sum(1 for x in t.accesses if x.space == "global" and x.op == "store")
+        mistakes = [
+            ((glob + shared) / (M * N), "shared loads counted too: count only the accesses "
+             "whose space is 'global'"),
+            ((glob + stores) / (M * N), "stores counted too: count only the accesses whose op "
+             "is 'load'"),
+            (glob, "the total, not per element: divide by M * N"),
+            (2 * K / T02, f"the formula 2K / T holds for the {T02} x {T02} tiled kernel on "
+             "multiples of the tile only: count the loads the launch makes (t.accesses)"),
+            (2 * K, "the formula 2K holds for lesson 01's kernel only: count the loads the "
+             "launch makes (t.accesses)"),
+        ]
+        why = next((w for v, w in mistakes
+                    if isinstance(got, (int, float)) and math.isclose(got, v)),
+                   "count the accesses with space 'global' and op 'load' of the launch, then "
+                   "divide by M * N")
+        raise ExerciseError(
+            f"{what}, M={M}, N={N}, K={K}: {got!r} global loads per element of C, the trace "
+            f"counts {want:g}.\nLikely cause: {why}")
+    return ("global loads per element of C, counted: 2K / T for the tiled kernel on multiples "
+            "of the tile, more on a ragged shape; 2K for lesson 01's kernel")
+
+
+_rect02 = {}
+
+
+def _rect_tiled(BM, BN, BK=4):
+    """A tiled kernel with a BM x BN tile of C per block of BM x BN threads: per K-tile the
+    block loads the BM x BK tile of A and the BK x BN tile of B, each element once, and
+    stores 0 (loads nothing) for elements outside A or B."""
+    key = (BM, BN, BK)
+    if key not in _rect02:
+        _numba_globals()
+
+        @cuda.jit
+        def rect_tiled(A, B, C):
+            sA = cuda.shared.array((BM, BK), float32)
+            sB = cuda.shared.array((BK, BN), float32)
+            M, K = A.shape
+            N = B.shape[1]
+            tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+            tid = ty * BN + tx
+            m0, n0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
+            acc = float32(0.0)
+            for k0 in range(0, K, BK):
+                for e in range(tid, BM * BK, BM * BN):
+                    r, kk = e // BK, e % BK
+                    sA[r, kk] = A[m0 + r, k0 + kk] if m0 + r < M and k0 + kk < K else 0.0
+                for e in range(tid, BK * BN, BM * BN):
+                    kk, c = e // BN, e % BN
+                    sB[kk, c] = B[k0 + kk, n0 + c] if k0 + kk < K and n0 + c < N else 0.0
+                cuda.syncthreads()
+                for kk in range(BK):
+                    acc += sA[ty, kk] * sB[kk, tx]
+                cuda.syncthreads()
+            if m0 + ty < M and n0 + tx < N:
+                C[m0 + ty, n0 + tx] = acc
+        _rect02[key] = rect_tiled
+    return _rect02[key]
+
+
+_loads02 = {}
+
+
+def _measured_loads(M, N, K, BM, BN):
+    """Global loads of one launch of the BM x BN tiled kernel, counted by counters.trace
+    (and the product checked, so that the count is of a correct kernel)."""
+    key = (M, N, K, BM, BN)
+    if key not in _loads02:
+        from .. import counters
+        kernel = _rect_tiled(BM, BN)
+        a, b = harness.make_operands(M, N, K)
+        c = torch.full((M, N), float("nan"))
+        with counters.trace(A=a, B=b, C=c) as t:
+            sim_launch(kernel, (ceil_div(N, BN), ceil_div(M, BM)), (BN, BM), a, b, c)
+        ok, _, _ = harness.compare(c, harness.reference(a, b), a, b, torch.float32)
+        assert ok, "the reference tiled kernel is wrong"
+        _loads02[key] = sum(1 for x in t.accesses if x.space == "global" and x.op == "load")
+    return _loads02[key]
+
+
+def ex02_reuse(global_loads):
+    """Lesson 02, exercise 4: the global loads of a BM x BN tiled launch on any shape
+    (partial edge tiles, masked loads), checked against the simulator's count."""
+    cases = ((16, 16, 8, 8, 8), (24, 12, 10, 8, 4), (20, 12, 10, 8, 4), (7, 30, 5, 4, 16),
+             (33, 9, 3, 16, 8))
+    for M, N, K, BM, BN in cases:
+        with run_answer("global_loads"):
+            got = global_loads(M, N, K, BM, BN)
+        want = _measured_loads(M, N, K, BM, BN)
+        if got == want:
+            continue
+        cm, cn = ceil_div(M, BM), ceil_div(N, BN)
+        mistakes = [
+            (M * K * (N / BN) + K * N * (M / BM), "the block count is rounded up: a partial "
+             "block column at the right edge still loads its rows of A (and a partial block "
+             "row its columns of B)"),
+            (M * K * (N // BN) + K * N * (M // BM), "the block count is rounded up: a partial "
+             "block column at the right edge still loads its rows of A (and a partial block "
+             "row its columns of B)"),
+            (cm * BM * ceil_div(K, 4) * 4 * cn + ceil_div(K, 4) * 4 * cn * BN * cm, "masked loads: "
+             "a tile element outside A or B is stored as 0 without a load"),
+            (cn * BN * K * cm + K * cm * BM * cn, "masked loads: a tile element outside A or B "
+             "is stored as 0 without a load"),
+            (M * K * ceil_div(N, BM) + K * N * ceil_div(M, BN), "BM and BN swapped: an element of A "
+             "is loaded once by each block of its block row, that is once per block column "
+             "(cdiv(N, BN) times)"),
+            (M * K * cm + K * N * cn, "BM and BN swapped: an element of A is loaded once by "
+             "each block of its block row, that is once per block column (cdiv(N, BN) times)"),
+            (2 * K * M * N / BM, "the lesson's 2K / T holds for square tiles: here A and B "
+             "are reused by different factors"),
+            (M * K + K * N, "each block loads its own tiles: an element of A is loaded by every "
+             "block of its block row"),
+        ]
+        why = next((w for v, w in mistakes if isinstance(got, (int, float)) and got == v),
+                   "count per block: the rows of A and the columns of B it covers, inside A "
+                   "and B, times K")
+        raise ExerciseError(
+            f"M={M}, N={N}, K={K}, BM={BM}, BN={BN}: {got!r} global loads, the simulator counts "
+            f"{want}.\nLikely cause: {why}")
+    return ("global_loads: right on 5 launches (partial edge tiles, masked loads): each "
+            "element of A is loaded once per block column, each element of B once per block "
+            "row")

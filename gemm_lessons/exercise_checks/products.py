@@ -1,0 +1,79 @@
+"""Product checks: :func:`check_product` (the harness's shape suite with an exercise's
+diagnosis) and the small pieces every lesson's checks share (a launch on the simulator, a
+smaller shape suite, late binding of numba's names)."""
+from __future__ import annotations
+
+import torch
+
+from .. import engines, harness
+from .guards import ExerciseError, HINTS, run_answer
+
+
+def _all_zero_hint(out):
+    if bool(torch.isfinite(out).all()) and bool((out == 0).all()):
+        return HINTS["zero"] + " (is the product added into the accumulator inside the loop?)"
+    return None
+
+
+def check_product(run, name, dtypes=(torch.float32,), cases=None, *, audit=None,
+                  threads_per_block=None, seconds=60):
+    """:func:`harness.check` with an exercise's diagnosis: an unfinished TODO, a time limit,
+    an all-zero result, and (with ``audit``) races or skipped barriers found by the audit,
+    which outrank the shape-based guess."""
+    cases = harness.shape_suite() if cases is None else cases
+    zero = {}
+
+    def run_and_look(a, b, out):
+        run(a, b, out)
+        zero.setdefault("hint", _all_zero_hint(out.cpu()))
+
+    err = None
+    with run_answer(name, seconds):
+        try:
+            report = harness.check(run_and_look, name, dtypes, cases)
+        except harness.CheckError as e:
+            err = e
+    cause = None
+    if audit is not None:
+        problem = getattr(audit, "problem", None) or (audit.message() if getattr(audit, "race", None) else None)
+        if problem:
+            cause = problem
+        elif threads_per_block:
+            skipped = audit.epochs.skipped(threads_per_block)
+            if skipped:
+                cause = (f"{HINTS['barrier_skipped']}: in block {skipped[0][:2]} some threads "
+                         f"passed {skipped[1]} barriers, others {skipped[2]} (an early return, "
+                         "or a syncthreads inside an if: every thread must reach every barrier)")
+    if err is None and cause is None:
+        return report
+    if err is not None:
+        text = str(err)
+        hint = zero.get("hint")
+        if cause or hint:
+            text = text.split("\nLikely cause:")[0] + "\nLikely cause: " + (cause or hint)
+        raise ExerciseError(text)
+    raise ExerciseError(f"{name} gives the right numbers here, but: {cause}. On a GPU this "
+                        "is a race that gives wrong results some of the time.")
+
+
+def sim_launch(kernel, grid, block, a, b, c):
+    kernel[grid, block](engines.as_numba(a), engines.as_numba(b), engines.as_numba(c))
+
+
+def ceil_div(a, b):
+    return -(-a // b)
+
+
+# A smaller suite for kernels that run slowly on the simulator: still ragged, 1s and strides.
+def small_suite(names=("square", "ragged", "M=1", "K=1", "A transposed")):
+    return [c for c in harness.shape_suite(gpu=False) if c.name in names]
+
+
+def bind_numba(namespace):
+    """Bind ``cuda`` and ``float32`` as globals of a checks module (imported late, after the
+    engine is chosen): the simulator swaps a kernel's global ``cuda`` for its fake module,
+    which a closure variable would escape."""
+    import numba
+    from numba import cuda as _cuda
+    namespace["cuda"] = _cuda
+    namespace["float32"] = numba.float32
