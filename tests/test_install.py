@@ -6,7 +6,12 @@ installing anything (`pip install --dry-run --report`). The resolved torch / tri
 numba-cuda set must be one of KNOWN_GOOD below: sets under which every lesson, exercise and
 test runs on the simulator and interpreter (and, where said, on a GPU).
 
-Skipped, with the reason, where the index cannot be reached. Results are cached for a day
+Skipped, with the reason, where the index cannot be reached, and where this Python's pip is
+older than 23.3 (PIP_NEEDED): pip 23.2, which fresh virtual environments of Python 3.11.7 and
+3.12.1 carry, refuses ``--dry-run`` with ``--platform`` ("Can not use any platform or abi
+specific options unless installing via '--target'") and cannot resolve the course's
+dependencies anyway (torch's exact cuda-toolkit pin against ``cuda-toolkit[nvcc]==13.*``);
+the skip says to run ``python -m pip install --upgrade pip``. Results are cached for a day
 (GEMM_LESSONS_RESOLVE_CACHE, default ~/.cache/gemm-lessons) so that a second run is instant.
 """
 from __future__ import annotations
@@ -33,6 +38,9 @@ PYTHONS = ("3.11", "3.12", "3.13")
 # accepts (nvidia's wheels carry several of them)
 PLATFORMS = tuple(f"manylinux_2_{minor}_x86_64" for minor in range(28, 16, -1)) + (
     "manylinux2014_x86_64", "linux_x86_64")
+# pip 23.3 is the first that takes --platform/--python-version with --dry-run but without
+# --target (pypa/pip#12215), and the first that resolves the course's dependencies
+PIP_NEEDED = Version("23.3")
 CACHE_SECONDS = 24 * 3600
 PIP_TIMEOUT = 900
 
@@ -85,6 +93,17 @@ def pip_env():
     return env
 
 
+def pip_too_old(version: str | None = None) -> str | None:
+    """None if this Python's pip (or ``version``) can run the resolution, else why not."""
+    if version is None:
+        from importlib.metadata import version as dist_version
+        version = dist_version("pip")
+    if Version(version) >= PIP_NEEDED:
+        return None
+    return (f"pip {version} is older than {PIP_NEEDED}, which this test and the course's "
+            f"install need: run python -m pip install --upgrade pip")
+
+
 def index_reachable(timeout=10) -> str | None:
     """None if the index answers, else why not."""
     try:
@@ -125,7 +144,7 @@ def resolve(python: str, reqs: list[str], cache_dir: Path) -> dict:
 
 @pytest.fixture(scope="module")
 def resolutions():
-    why = index_reachable()
+    why = pip_too_old() or index_reachable()
     if why:
         pytest.skip(why)
     cache_dir = Path(os.environ.get("GEMM_LESSONS_RESOLVE_CACHE",
@@ -173,6 +192,13 @@ def test_the_table_rejects_the_sets_that_broke():
     assert known_good(ok) is KNOWN_GOOD[0]
     assert known_good({**ok, "torch": "2.11.0", "triton": "3.6.0", "numpy": "2.3.5"}) \
         is KNOWN_GOOD[1]
+
+
+def test_an_old_pip_is_named_with_the_command_that_upgrades_it():
+    assert pip_too_old("23.3") is None and pip_too_old("26.3") is None
+    why = pip_too_old("23.2.1")
+    assert why is not None and "pip 23.2.1 is older than 23.3" in why
+    assert "python -m pip install --upgrade pip" in why
 
 
 def test_platform_markers_leave_macos_and_windows_installable():
