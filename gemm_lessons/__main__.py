@@ -102,14 +102,16 @@ def _select(names):
 def cmd_check(args):
     import gemm_lessons as gl
     from gemm_lessons.harness import CheckError
+    from gemm_lessons.guard import interactive
     from tqdm.auto import tqdm
     entries = _select(args.kernel)
     failed = 0
+    quiet = args.quiet or not interactive()     # no bar written into a log
     print(f"engine: {gl.engine()}")
     for entry in entries:
         try:
             with tqdm(total=9 * len(entry.dtypes), desc=entry.name, leave=False,
-                      disable=args.quiet) as bar:
+                      disable=quiet) as bar:
                 report = gl.check(entry.name, progress=bar.update)
             print(report)
         except CheckError as e:
@@ -143,6 +145,7 @@ def cmd_ladder(args):
     import gemm_lessons as gl
     from gemm_lessons import engines, harness
     from gemm_lessons.harness import CheckError
+    from gemm_lessons.guard import interactive
     from tqdm.auto import tqdm
     entries = [e for e in _select(args.kernel) if e.in_ladder or args.kernel]
     gpu = engines.on_gpu()
@@ -157,7 +160,7 @@ def cmd_ladder(args):
         jobs.append((e, dts))
     total = sum(1 + len(dts) * len(sizes) for _, dts in jobs)
     results, failures = [], []
-    with tqdm(total=total, desc="ladder", disable=args.quiet) as bar:
+    with tqdm(total=total, desc="ladder", disable=args.quiet or not interactive()) as bar:
         for e, dts in jobs:
             bar.set_postfix_str(f"check {e.name}")
             try:
@@ -246,7 +249,8 @@ def parser():
     p = sub.add_parser("check", help="run the shape suite on this engine", epilog=EXAMPLES,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--kernel", nargs="*", help="kernel names (default: all)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar (none where stderr is not a terminal)")
     p = sub.add_parser("ladder", help="check, then time every kernel against cuBLAS",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--size", type=_size, nargs="*",
@@ -255,7 +259,8 @@ def parser():
     p.add_argument("--all-dtypes", action="store_true", help="time every dtype a kernel takes")
     p.add_argument("--out", default="ladder.png", help="where to write the plot")
     p.add_argument("--csv", help="also write the results as CSV (gemm_lessons.results format)")
-    p.add_argument("--quiet", action="store_true", help="no progress bar")
+    p.add_argument("--quiet", action="store_true",
+                   help="no progress bar (none where stderr is not a terminal)")
     p = sub.add_parser("ptx", help="the PTX of a numba kernel (works without a GPU)",
                        epilog=EXAMPLES, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("name")

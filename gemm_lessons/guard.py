@@ -20,7 +20,8 @@ from __future__ import annotations
 import sys
 import warnings
 
-__all__ = ["SimulatorSizeWarning", "LIMIT", "QUICK", "run", "check_platform", "check_versions"]
+__all__ = ["SimulatorSizeWarning", "LIMIT", "QUICK", "run", "interactive", "check_platform",
+           "check_versions"]
 
 
 class SimulatorSizeWarning(UserWarning):
@@ -41,8 +42,9 @@ def _simulated():
     return simulated()
 
 
-def _interactive():
-    """True in a terminal or an IPython/Jupyter session: where a progress bar is read."""
+def interactive():
+    """True in a terminal or an IPython/Jupyter session: where a progress bar is read. False
+    where stderr goes to a file or a pipe (logs, CI): no bar is written there."""
     ipython = sys.modules.get("IPython")
     if ipython is not None and getattr(ipython, "get_ipython", lambda: None)() is not None:
         return True
@@ -71,7 +73,7 @@ def run(entry, caller, B, M, N, K, launch):
     warnings.warn(f"{caller}: {entry.name} on {shape} runs on the CPU simulator and will take "
                   f"minutes; {q}x{q}x{q} runs in seconds (a GPU runs the large sizes)",
                   SimulatorSizeWarning, stacklevel=3)
-    if not _interactive():
+    if not interactive():
         return launch(everything, everything)
     from tqdm import tqdm
     along_batch = B > 1

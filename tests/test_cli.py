@@ -15,9 +15,11 @@ def test_info(py):
 
 
 def test_check_one_kernel_and_unknown(py):
-    r = py(None, args=["-m", "gemm_lessons", "check", "--kernel", "k01_coalesced", "--quiet"])
+    # stderr is a pipe here, as in a log: no progress bar is written, even without --quiet
+    r = py(None, args=["-m", "gemm_lessons", "check", "--kernel", "k01_coalesced"])
     assert r.returncode == 0, r.stderr
     assert "k01_coalesced: correct on 9 shapes (float32)" in r.stdout
+    assert "\r" not in r.stderr and "k01_coalesced" not in r.stderr, r.stderr
     r = py(None, args=["-m", "gemm_lessons", "check", "--kernel", "nope"])
     assert r.returncode == 2 and "known kernels" in r.stderr
 
@@ -32,10 +34,28 @@ def test_check_exits_nonzero_on_a_wrong_kernel(monkeypatch, capsys):
     assert "FAILED k01_coalesced is wrong on" in out and "Likely cause" in out
 
 
+def test_progress_bar_only_where_someone_watches(monkeypatch, capsys):
+    import gemm_lessons as gl
+    from gemm_lessons import guard
+
+    def check(name, progress=None, **kw):       # nine shapes, each reported
+        for _ in range(9):
+            progress()
+        return f"{name}: correct on 9 shapes (float32)"
+    monkeypatch.setattr(gl, "check", check)
+    for watched, quiet in ((True, False), (True, True), (False, False)):
+        monkeypatch.setattr(guard, "interactive", lambda: watched)
+        assert cli.main(["check", "--kernel", "k01_naive"] + ["--quiet"] * quiet) == 0
+        out, err = capsys.readouterr()
+        assert "k01_naive: correct on 9 shapes" in out
+        assert ("0/9" in err) == (watched and not quiet), (watched, quiet, err)
+
+
 @pytest.mark.skipif(GPU, reason="the no-GPU path")
 def test_ladder_without_gpu_checks_and_explains(py):
-    r = py(None, args=["-m", "gemm_lessons", "ladder", "--kernel", "k01_naive", "--quiet"])
+    r = py(None, args=["-m", "gemm_lessons", "ladder", "--kernel", "k01_naive"])
     assert r.returncode == 0, r.stderr
+    assert "\r" not in r.stderr and "ladder" not in r.stderr, r.stderr      # no bar in a pipe
     assert "timings need a GPU" in r.stdout
     assert "k01_naive: correct on the shape suite" in r.stdout
 

@@ -20,7 +20,7 @@ ENTRY = SimpleNamespace(name="k01_coalesced", language="numba")
 
 def calls_of(monkeypatch, *, simulated=True, interactive=False):
     monkeypatch.setattr(guard, "_simulated", lambda: simulated)
-    monkeypatch.setattr(guard, "_interactive", lambda: interactive)
+    monkeypatch.setattr(guard, "interactive", lambda: interactive)
     seen = []
     return seen, (lambda batches, rows: seen.append((batches, rows)))
 
@@ -76,7 +76,7 @@ def test_interactive_runs_in_bands_that_cover_every_row_once(monkeypatch, capsys
 def test_banded_results_are_the_product(monkeypatch):
     # a real kernel through gl.matmul and gl.gemm, in bands: the same product as one launch
     monkeypatch.setattr(guard, "LIMIT", 100)
-    monkeypatch.setattr(guard, "_interactive", lambda: True)
+    monkeypatch.setattr(guard, "interactive", lambda: True)
     gen = torch.Generator().manual_seed(0)
     a, b = torch.randn(70, 20, generator=gen), torch.randn(20, 30, generator=gen)
     with pytest.warns(guard.SimulatorSizeWarning) as rec:
