@@ -18,13 +18,14 @@ _guard.check_platform()   # numba-cuda and triton installed? If not: what is mis
 
 from . import engines as _engines  # noqa: E402
 from .engines import EngineError, device, engine, select_engine
-from .api import (ACTIVATIONS, Prepared, UnsupportedDevice, bench, check, check_anywhere, gemm,
+from .api import (ACTIVATIONS, Prepared, UnsupportedDevice, auto_kernel, bench, check, check_anywhere, gemm,
                   kernels, matmul, prepare, runs_here, show_diff, show_source)
 from .harness import CheckError
 
 __version__ = "0.1.0"
 
-__all__ = ["backend", "engine", "device", "select_engine", "kernels", "matmul", "prepare",
+__all__ = ["backend", "engine", "device", "select_engine", "kernels", "auto_kernel", "matmul",
+           "prepare",
            "Prepared", "gemm",
            "check", "check_anywhere", "runs_here", "bench", "show_source", "show_diff", "CheckError", "EngineError", "UnsupportedDevice",
            "ACTIVATIONS"]

@@ -7,13 +7,14 @@ import numbers
 import torch
 
 from . import engines as _backend
+from . import choose as _choose
 from . import fastpath as _fast
 from . import harness as _harness
 from . import registry as _registry
 from .common import dtype_name as _dt
 from .common import run_on_simulator
 
-__all__ = ["kernels", "matmul", "prepare", "Prepared", "gemm", "check", "check_anywhere", "runs_here", "bench", "show_source", "show_diff", "ACTIVATIONS"]
+__all__ = ["kernels", "auto_kernel", "matmul", "prepare", "Prepared", "gemm", "check", "check_anywhere", "runs_here", "bench", "show_source", "show_diff", "ACTIVATIONS"]
 
 ACTIVATIONS = (None, "relu", "gelu", "leaky_relu")
 
@@ -140,10 +141,39 @@ def _check_out(out, a, M, N):
                          f"{a.device}; got {tuple(out.shape)} {_dt(out.dtype)} on {out.device}")
 
 
+_AUTO: dict = {}        # (operands' kinds, fused, batched) -> the kernel "auto" runs
+
+
+def _auto(kernel, a, b, fused=False, batched=False):
+    """``kernel``, or where it is "auto" the kernel :func:`gemm_lessons.choose.kernel_for`
+    picks for these operands (remembered per kind of operands)."""
+    if kernel != _choose.AUTO:
+        return kernel
+    if not (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+            and a.dim() >= 2 and b.dim() >= 2):
+        return _choose.kernel_for(torch.empty(1, 1), torch.empty(1, 1), fused=fused,
+                                  batched=batched)     # the checks then say what is wrong
+    key = (_fast.tensor_key(a), _fast.tensor_key(b), fused, batched)
+    name = _AUTO.get(key)
+    if name is None:
+        if len(_AUTO) > _fast.Cache.LIMIT:
+            _AUTO.clear()
+        name = _AUTO[key] = _choose.kernel_for(a, b, fused=fused, batched=batched)
+    return name
+
+
+def auto_kernel(a, b, *, fused=False):
+    """The kernel ``kernel="auto"`` runs for ``a @ b`` on this engine (``fused=True``: for
+    ``gl.gemm`` with an epilogue): the rule of :mod:`gemm_lessons.choose`."""
+    batched = fused and (a.dim() == 3 or b.dim() == 3)
+    return _auto(_choose.AUTO, a, b, fused=fused, batched=batched)
+
+
 def _checked_call(kernel, a, b, out):
-    """The registry entry of ``kernel`` and the output of ``a @ b`` (a new tensor, or
-    ``out`` checked), after every check of the operands."""
-    entry = _entry(kernel)
+    """The registry entry of ``kernel`` (``"auto"``: see :mod:`gemm_lessons.choose`) and the
+    output of ``a @ b`` (a new tensor, or ``out`` checked), after every check of the
+    operands."""
+    entry = _entry(_auto(kernel, a, b))
     _validate(a, b, entry)
     M, N = a.shape[0], b.shape[1]
     if out is None:
@@ -159,7 +189,9 @@ _GEMMS = _fast.Cache()
 
 
 def matmul(a, b, kernel="k01_coalesced", *, out=None):
-    """``a @ b`` computed by ``kernel`` (a registered name, see :func:`kernels`).
+    """``a @ b`` computed by ``kernel`` (a registered name, see :func:`kernels`, or
+    ``"auto"``: the course's fastest kernel for these operands, by the rule of
+    :mod:`gemm_lessons.choose`).
 
     ``a`` (M, K) and ``b`` (K, N): torch tensors of one dtype the kernel takes, CUDA tensors
     on a GPU and CPU tensors on the simulator, any strides. Returns a new contiguous (M, N)
@@ -318,7 +350,9 @@ def _capture(entry, launcher):
 
 def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None,
          kernel="k09_fused_epilogue"):
-    """BLAS-style ``activation(alpha * a @ b + beta * c + bias)`` with ``kernel``.
+    """BLAS-style ``activation(alpha * a @ b + beta * c + bias)`` with ``kernel`` (or
+    ``"auto"``: the course's fastest fused kernel for these operands, see
+    :mod:`gemm_lessons.choose`).
 
     * ``beta == 0`` never reads ``c`` (NaN in ``c`` does not leak); ``alpha == 0`` never
       reads ``a`` or ``b``.
@@ -338,6 +372,9 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None,
             out = torch.empty(B, M, N, dtype=a.dtype, device=a.device)
             plan(a, b, c, bias, out)
             return out if batched else out[0]
+    if kernel == _choose.AUTO:
+        kernel = _auto(kernel, a, b, fused=True, batched=(
+            any(isinstance(t, torch.Tensor) and t.dim() == 3 for t in (a, b, c))))
     entry = _registry.get(kernel)
     if entry.gemm is None:
         gemms = [k.name for k in _registry.entries() if k.gemm is not None]
