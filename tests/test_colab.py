@@ -39,18 +39,47 @@ PRELUDE = textwrap.dedent("""
         sys.modules["gemm_lessons"] = None          # find_spec answers None: not installed
     if os.environ.get("ON_COLAB"):
         sys.modules["google.colab"] = types.ModuleType("google.colab")
+    # the GPU driver: $DRIVER_CUDA as cuDriverGetVersion gives it; unset, no driver (no GPU)
+    import ctypes
+    _real_cdll = ctypes.CDLL
+    class _Driver:
+        def cuDriverGetVersion(self, ref):
+            ref._obj.value = int(os.environ["DRIVER_CUDA"])
+            return 0
+    def _cdll(name, *a, **k):
+        if name == "libcuda.so.1":
+            if "DRIVER_CUDA" not in os.environ:
+                raise OSError(f"{name}: cannot open shared object file")
+            return _Driver()
+        return _real_cdll(name, *a, **k)
+    ctypes.CDLL = _cdll
+    # $UPGRADED: distributions that pip's (recorded) call changes, imported before it
+    if os.environ.get("UPGRADED"):
+        import importlib.metadata as _md
+        _real_version = _md.version
+        for _name in os.environ["UPGRADED"].split(","):
+            __import__(_name)
+        def _version(name):
+            changed = os.path.exists(os.environ["CALLS"]) and name in os.environ["UPGRADED"]
+            return "99.0" if changed else _real_version(name)
+        _md.version = _version
 """)
 
 
-def run_cell(tmp_path, *, missing=False, on_colab=False, code=None):
+def run_cell(tmp_path, *, missing=False, on_colab=False, code=None, driver=None,
+             upgraded=None):
     calls = tmp_path / "calls.jsonl"
     env = dict(os.environ, CALLS=str(calls), PYTHONPATH=str(ROOT))
-    env.pop("HIDE_GEMM_LESSONS", None)
-    env.pop("ON_COLAB", None)
+    for name in ("HIDE_GEMM_LESSONS", "ON_COLAB", "DRIVER_CUDA", "UPGRADED"):
+        env.pop(name, None)
     if missing:
         env["HIDE_GEMM_LESSONS"] = "1"
     if on_colab:
         env["ON_COLAB"] = "1"
+    if driver is not None:
+        env["DRIVER_CUDA"] = str(driver)
+    if upgraded:
+        env["UPGRADED"] = upgraded
     script = tmp_path / "cell.py"
     script.write_text(PRELUDE + "\n" + (code or colab.cell_source()) + "\n")
     r = subprocess.run([sys.executable, str(script)], cwd=tmp_path, env=env,
@@ -87,14 +116,51 @@ def test_does_not_import_gemm_lessons_numba_or_triton(tmp_path):
     assert r.stdout.strip() == "[]", "the next cell imports gemm_lessons first: it picks the engine"
 
 
-def test_installs_from_the_repository_on_colab(tmp_path):
-    r, calls = run_cell(tmp_path, missing=True, on_colab=True)
+COURSE = f"gemm_lessons @ git+{colab.REPO_URL}@{colab.BRANCH}"
+
+
+@pytest.mark.parametrize("driver", [13000, 13020])
+def test_installs_from_the_repository_on_colab(tmp_path, driver):
+    # a driver that runs CUDA 13: pip installs the course with its dependencies, torch's
+    # CUDA 13 build among them
+    r, calls = run_cell(tmp_path, missing=True, on_colab=True, driver=driver)
     assert r.returncode == 0, r.stderr
     assert len(calls) == 1, calls
     argv = calls[0]
     assert argv[:4] == [sys.executable, "-m", "pip", "install"]
-    assert f"gemm_lessons @ git+{colab.REPO_URL}@{colab.BRANCH}" in argv
-    assert r.stdout.startswith("installing the course")
+    assert COURSE in argv and "--no-deps" not in argv
+    assert r.stdout.startswith("installing the course and torch's CUDA 13 build")
+    assert "restart" not in r.stdout
+
+
+@pytest.mark.parametrize("driver, says", [(12040, "CUDA 12.4"), (12080, "CUDA 12.8"),
+                                          (None, "no GPU")])
+def test_an_older_driver_keeps_colabs_torch(tmp_path, driver, says):
+    r, calls = run_cell(tmp_path, missing=True, on_colab=True, driver=driver)
+    assert r.returncode == 0, r.stderr
+    assert len(calls) == 2, calls
+    course, deps = calls
+    assert course[:4] == [sys.executable, "-m", "pip", "install"] and COURSE in course
+    assert "--no-deps" in course, "without --no-deps pip replaces Colab's torch"
+    assert deps[:4] == [sys.executable, "-m", "pip", "install"]
+    assert deps[deps.index("-q") + 1:] == list(colab.KEEP_TORCH_DEPS)
+    assert not any(a.split("[")[0].split(">")[0].split("=")[0].split("<")[0]
+                   in ("torch", "triton") for a in course + deps), calls
+    assert "numba-cuda[cu12]" in deps[-3], "CUDA 12 bindings, those of Colab's torch"
+    from importlib.metadata import version
+    assert r.stdout.startswith(f"installing the course beside Colab's torch {version('torch')}")
+    assert f"(this runtime's driver: {says}; pip's torch needs CUDA 13)" in r.stdout
+
+
+@pytest.mark.parametrize("driver", [12040, 13000])
+def test_says_to_restart_where_pip_changed_an_imported_package(tmp_path, driver):
+    r, _ = run_cell(tmp_path, missing=True, on_colab=True, driver=driver, upgraded="numpy")
+    assert r.returncode == 0, r.stderr
+    assert "pip changed numpy, already imported: restart the runtime" in r.stdout
+    # nothing imported that pip changed: no restart
+    (tmp_path / "again").mkdir()
+    r, _ = run_cell(tmp_path / "again", missing=True, on_colab=True, driver=driver)
+    assert r.returncode == 0 and "restart" not in r.stdout, r.stdout
 
 
 def test_missing_elsewhere_says_how_to_install(tmp_path):

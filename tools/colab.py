@@ -7,6 +7,14 @@ found and the notebook runs on Colab. Wherever ``gemm_lessons`` is installed it 
 nothing and prints nothing, so nbval's stored output for it is empty on a laptop and on a
 GPU alike. Elsewhere, with the package missing, it stops with the command that installs it.
 
+On Colab it first asks the GPU driver (``cuDriverGetVersion``, through ctypes: no torch
+import) which CUDA it runs. Where that is CUDA 13 or newer, pip installs the course with
+its dependencies, torch's CUDA 13 build included. Where it is older, or there is no GPU,
+that torch would not run on the GPU (or would be a download for nothing): the cell keeps
+Colab's own torch, Triton and numpy, installs the course with ``--no-deps`` and then
+KEEP_TORCH_DEPS. Where pip changed a package that Python had already imported (torch, numpy,
+numba), the cell says to restart the runtime, since the old version stays loaded until then.
+
 The cell carries the tag ``colab-setup`` and the id ``colab-setup``; this tool inserts it
 (before the first code cell) or brings it up to date, and leaves every other cell as it is.
 
@@ -31,6 +39,46 @@ ROOT = Path(__file__).resolve().parents[1]
 REPO_URL = "https://github.com/gemm-lessons/gemm-lessons"
 BRANCH = "main"
 
+# The CUDA version (as cuDriverGetVersion gives it: 1000 * major + 10 * minor) that the torch
+# pip brings is built for (torch >= 2.11, CUDA 13): a driver older than that cannot run it.
+CUDA_OF_TORCH = 13000
+# What the course needs beside Colab's own torch, Triton and numpy, where pip's torch would not
+# run: numba-cuda with the CUDA 12 bindings and compiler (those of Colab's torch and driver).
+KEEP_TORCH_DEPS = ("numba-cuda[cu12]>=0.30,<0.31", "numpy<2.5", "tqdm>=4.60")
+
+CELL = """\
+# Colab: install the course if it is missing (does nothing where it is installed)
+import importlib.util, subprocess, sys
+if importlib.util.find_spec("gemm_lessons") is None:
+    if "google.colab" not in sys.modules:
+        raise ModuleNotFoundError("gemm_lessons is not installed: run "
+                                  "pip install -e . in the course's folder")
+    import ctypes, importlib.metadata as md
+    cuda = ctypes.c_int(0)    # the newest CUDA that this runtime's driver runs (0: no GPU)
+    try:
+        ctypes.CDLL("libcuda.so.1").cuDriverGetVersion(ctypes.byref(cuda))
+    except OSError:
+        pass
+    cuda = cuda.value
+    pip = [sys.executable, "-m", "pip", "install", "-q"]
+    course = "@COURSE@"
+    loaded = {m: md.version(m) for m in ("torch", "numpy", "numba") if m in sys.modules}
+    if cuda >= @CUDA@:    # the driver runs the torch that pip brings (built for CUDA 13)
+        print("installing the course and torch's CUDA 13 build (several minutes)")
+        subprocess.check_call(pip + [course])
+    else:                # it would not: keep Colab's own torch, Triton and numpy
+        driver = f"CUDA {cuda // 1000}.{cuda % 1000 // 10}" if cuda else "no GPU"
+        print(f"installing the course beside Colab's torch {md.version('torch')} "
+              f"(this runtime's driver: {driver}; pip's torch needs CUDA 13)")
+        subprocess.check_call(pip + ["--no-deps", course])
+        subprocess.check_call(pip + [@DEPS@])
+    importlib.invalidate_caches()
+    changed = [m for m, v in loaded.items() if md.version(m) != v]
+    if changed:
+        print(f"pip changed {', '.join(changed)}, already imported: restart the runtime "
+              "(Runtime > Restart session), then run the notebook again")
+"""
+
 TAG = "colab-setup"
 CELL_ID = "colab-setup"
 FOLDERS = ("notebooks", "solutions", "exercises")
@@ -45,19 +93,12 @@ def colab_url(relpath: str) -> str:
 
 
 def cell_source() -> str:
-    """The setup cell's code. It must not import gemm_lessons (nor numba or triton): the
-    next cell imports gemm_lessons first, so that it picks the engine."""
+    """The setup cell's code. It must not import gemm_lessons (nor numba, triton or torch):
+    the next cell imports gemm_lessons first, so that it picks the engine."""
+    deps = ", ".join(f'"{r}"' for r in KEEP_TORCH_DEPS)
     return (
-        "# Colab: install the course if it is missing (does nothing where it is installed)\n"
-        "import importlib.util, subprocess, sys\n"
-        "if importlib.util.find_spec(\"gemm_lessons\") is None:\n"
-        "    if \"google.colab\" not in sys.modules:\n"
-        "        raise ModuleNotFoundError(\"gemm_lessons is not installed: run \"\n"
-        "                                  \"pip install -e . in the course's folder\")\n"
-        "    print(\"installing the course (a minute or two)\")\n"
-        "    subprocess.check_call([sys.executable, \"-m\", \"pip\", \"install\", \"-q\",\n"
-        f"                           \"gemm_lessons @ git+{REPO_URL}@{BRANCH}\"])\n"
-        "    importlib.invalidate_caches()"
+        CELL.replace("@COURSE@", f"gemm_lessons @ git+{REPO_URL}@{BRANCH}")
+        .replace("@CUDA@", str(CUDA_OF_TORCH)).replace("@DEPS@", deps).rstrip("\n")
     )
 
 
