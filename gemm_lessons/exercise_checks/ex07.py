@@ -6,6 +6,7 @@ import torch
 from .. import harness
 from .guards import ExerciseError, HINTS, run_answer
 from .products import ceil_div, check_product, small_suite
+from .refusal import no_package_calls, refuse_package_kernel
 
 
 def _grouped(pid, num_pid_m, num_pid_n, g):
@@ -13,50 +14,115 @@ def _grouped(pid, num_pid_m, num_pid_n, g):
     return grouped_order(pid, num_pid_m, num_pid_n, g)
 
 
+def _snake(pid, num_pid_m, num_pid_n, g, odd=1):
+    """Lesson 07's groups, with the columns of a group walked down and up in turn (``odd``:
+    the parity of the columns walked up)."""
+    pid_m, pid_n = _grouped(pid, num_pid_m, num_pid_n, g)
+    first = pid_m - (pid_m % g)
+    size = min(num_pid_m - first, g)
+    if pid_n % 2 == odd:
+        pid_m = first + size - 1 - (pid_m - first)
+    return pid_m, pid_n
+
+
 def ex07_order(order):
-    """Lesson 07, exercise 1: the grouped tile order (a bijection, grouped, ragged)."""
+    """Lesson 07, exercise 1: the snake order (lesson 07's groups, odd columns walked up): a
+    bijection, ragged last group included."""
+    grids = 0
     for num_pid_m in range(1, 12):
         for num_pid_n in range(1, 9):
             for g in (1, 2, 3, 4, 8):
-                with run_answer("my_grouped_order", seconds=20):
-                    tiles = [tuple(order(p, num_pid_m, num_pid_n, g))
-                             for p in range(num_pid_m * num_pid_n)]
-                want = [_grouped(p, num_pid_m, num_pid_n, g) for p in range(num_pid_m * num_pid_n)]
+                grids += 1
+                n = num_pid_m * num_pid_n
+                with run_answer("my_snake_order", seconds=20), \
+                        no_package_calls("my_snake_order"):
+                    tiles = [tuple(order(p, num_pid_m, num_pid_n, g)) for p in range(n)]
+                want = [_snake(p, num_pid_m, num_pid_n, g) for p in range(n)]
                 if tiles == want:
                     continue
+                where = f"grid {num_pid_m} x {num_pid_n} tiles, group_size_m={g}"
                 seen = set(tiles)
-                missing = [(m, n) for m in range(num_pid_m) for n in range(num_pid_n)
-                           if (m, n) not in seen]
+                missing = [(m, q) for m in range(num_pid_m) for q in range(num_pid_n)
+                           if (m, q) not in seen]
                 if missing or len(seen) != len(tiles):
                     outside = [t for t in tiles if not (0 <= t[0] < num_pid_m
                                                         and 0 <= t[1] < num_pid_n)]
                     twice = len(tiles) - len(seen)
                     raise ExerciseError(
-                        f"grid {num_pid_m} x {num_pid_n} tiles, group_size_m={g}: tiles "
-                        f"{missing[:4]} are never computed"
+                        f"{where}: tiles {missing[:4]} are never computed"
                         + (f", {twice} computed twice" if twice else "")
                         + (f", programs get tiles outside the grid {outside[:4]}" if outside
                            else "")
-                        + (" (is the last, ragged group handled?)" if num_pid_m % g else ""))
+                        + (" (the last group is ragged: it has num_pid_m - first_pid_m rows, "
+                           "and an upward column starts at its own last row)"
+                           if num_pid_m % g else ""))
                 p = next(i for i, (x, y) in enumerate(zip(tiles, want)) if x != y)
-                rowmajor = tiles == [(q // num_pid_n, q % num_pid_n)
-                                     for q in range(num_pid_m * num_pid_n)]
-                raise ExerciseError(
-                    f"{HINTS['order']}: grid {num_pid_m} x {num_pid_n}, group_size_m={g}: "
-                    f"program {p} gets tile {tiles[p]}, the grouped order gives {want[p]}"
-                    + (" (that is row-major order: " if rowmajor else " (")
-                    + "inside a group, consecutive programs walk down a column of tiles)")
-    return "my_grouped_order: the grouped order on 440 grids, ragged groups included"
+                lesson = [_grouped(q, num_pid_m, num_pid_n, g) for q in range(n)]
+                flipped = [_snake(q, num_pid_m, num_pid_n, g, odd=0) for q in range(n)]
+                if tiles == lesson:
+                    why = ("that is lesson 07's order, every column of a group walked down: "
+                           "walk the odd columns of a group (1, 3, ...) up, from the group's "
+                           "last row to its first")
+                elif tiles == flipped:
+                    why = ("the even columns are walked up and the odd ones down: column 0 of "
+                           "a group walks down, from the group's first row")
+                elif tiles == [(q // num_pid_n, q % num_pid_n) for q in range(n)]:
+                    why = "that is row-major order"
+                else:
+                    why = ("inside a group, consecutive programs walk down column 0, up column "
+                           "1, down column 2...")
+                raise ExerciseError(f"{HINTS['order']}: {where}: program {p} gets tile "
+                                    f"{tiles[p]}, the snake order gives {want[p]} ({why})")
+    return f"my_snake_order: the snake order on {grids} grids, ragged groups included"
+
+
+def _launch07(kernel, a, b, c):
+    """Lesson 07's launch (16 x 16 x 16 tiles on the interpreter, GROUP_SIZE_M = 8)."""
+    from ..kernels import k07_triton_swizzle as k07
+    k07.matmul(a, b, c, kernel=kernel)
+
+
+def _stray(kernel, M, N, K, bounds):
+    """Lanes of my_kernel's loads that read outside A and B on an M x N x K product (fp16,
+    contiguous operands of exactly that size)."""
+    a, b = harness.make_operands(M, N, K, torch.float16)
+    c = torch.full((M, N), float("nan"), dtype=torch.float16)
+    bounds.allow(a, b)
+    before = bounds.outside
+    with run_answer("my_kernel"):
+        _launch07(kernel, a, b, c)
+    return bounds.outside - before
 
 
 def ex07_kernel(kernel):
-    """Lesson 07, exercise 2: the Triton kernel (grouped mapping + masked K loop)."""
+    """Lesson 07, exercise 2: the K loop without advancing pointers, its loads masked on M, N
+    and K (no wrap-around of the rows and columns past the edge)."""
     from .. import interp_poison
-    from ..kernels import k07_triton_swizzle as k07
+    refuse_package_kernel(kernel, "my_kernel")
+    with interp_poison.bounded_loads() as bounds:
+        if bounds.active:
+            for M, N, K, what in ((40, 32, 32, "rows"), (32, 40, 32, "columns"),
+                                  (32, 32, 40, "k")):
+                if _stray(kernel, M, N, K, bounds):
+                    if what == "rows":
+                        raise ExerciseError(
+                            f"M = {M} (a partial last row of tiles): the A loads read rows past "
+                            f"the last row of A (stray memory on a GPU, a crash at worst). "
+                            f"{HINTS['mask']} on M: mask A's loads with offs_m[:, None] < M "
+                            "as well as with the K position")
+                    if what == "columns":
+                        raise ExerciseError(
+                            f"N = {N} (a partial last column of tiles): the B loads read "
+                            f"columns past the last column of B. {HINTS['mask']} on N: mask "
+                            "B's loads with offs_n[None, :] < N as well as with the K position")
+                    raise ExerciseError(
+                        f"K = {K} (a partial last K-tile): the loads read past the end of K. "
+                        f"{HINTS['mask']} on K: mask with the K position of the tile's "
+                        "elements, k * BLOCK_SIZE_K + offs_k < K, not with offs_k alone")
 
     def run(a, b, c):
-        bounds.allow(a, b, c)
-        k07.matmul(a, b, c, kernel=kernel)
+        bounds.allow(a, b)
+        _launch07(kernel, a, b, c)
 
     with interp_poison.bounded_loads() as bounds, interp_poison.poison_masked_loads() as poison:
         try:
@@ -67,14 +133,13 @@ def ex07_kernel(kernel):
             text = str(e)
             if bounds.outside and "TODO" not in text:
                 text = text.split("\nLikely cause:")[0] + (
-                    "\nLikely cause: the K mask: the mask on the K-tile loads lets through "
-                    f"{bounds.outside} lanes past the end of A or B (read as NaN here, stray "
-                    "memory on a GPU): mask with the K position of the tile's elements, "
-                    "k * BLOCK_SIZE_K + offs_k < K, not with offs_k alone")
+                    "\nLikely cause: a missing mask: the loads read "
+                    f"{bounds.outside} lanes past the end of A or B: mask A's loads on M and "
+                    "K, B's on K and N")
             elif poison.poisoned and ("NaN" in text or "nan" in text):
                 text = text.split("\nLikely cause:")[0] + (
                     f"\nLikely cause: {HINTS['other']}: lanes the mask switches off are "
-                    "undefined on a GPU (NaN here) and reach tl.dot; give the K-tile loads "
+                    "undefined on a GPU (NaN here) and reach tl.dot; give the loads "
                     "other=0.0")
             raise ExerciseError(text) from None
         # partial K-tiles inside larger buffers: reads past K would find nonzero values
@@ -86,89 +151,98 @@ def ex07_kernel(kernel):
         ok, _, _ = harness.compare(c, harness.reference(a, b), a, b, torch.float16)
         if not ok:
             raise ExerciseError(f"K = 21 is wrong when the operands continue past K: "
-                                f"{HINTS['mask']} on the K-tile loads (offs_k < k_left)")
-    # the tile order: 10 x 3 tiles of 16 x 16, GROUP_SIZE_M = 8 (row-major differs)
-    a, b = harness.make_operands(160, 48, 16, torch.float16)
-    c = torch.full((160, 48), float("nan"), dtype=torch.float16)
-    with interp_poison.record_stores(c) as rec, run_answer("my_kernel"):
-        run(a, b, c)
-    if rec.active:
-        cfg = k07.config_for(torch.float16)
-        BM, BN = cfg[0], cfg[1]
-        got = []
-        for _pid, offs in rec.order():
-            first = min(offs)
-            got.append((first // 48 // BM, first % 48 // BN))
-        nm, nn = ceil_div(160, BM), ceil_div(48, BN)
-        want = [_grouped(p, nm, nn, k07.GROUP_SIZE_M) for p in range(nm * nn)]
-        if got != want:
-            p = next((i for i, (x, y) in enumerate(zip(got, want)) if x != y), len(got))
-            rowmajor = [(q // nn, q % nn) for q in range(nm * nn)]
-            what = " (that is row-major order)" if got == rowmajor else ""
-            raise ExerciseError(
-                f"{HINTS['order']}: with {nm} x {nn} tiles and GROUP_SIZE_M = "
-                f"{k07.GROUP_SIZE_M}, program {p} computed tile "
-                f"{got[p] if p < len(got) else None}, the grouped order gives "
-                f"{want[p] if p < len(want) else None}{what}: map pid to (pid_m, pid_n) as in "
-                "exercise 1, with tl.minimum for the ragged last group")
-    return f"{report}; partial K-tiles masked; tiles in grouped order"
+                                f"{HINTS['mask']} on K in the K-tile loads (the tile's K "
+                                "positions, k * BLOCK_SIZE_K + offs_k, below K)")
+    return f"{report}; loads masked on M, N and K, partial K-tiles inside larger buffers"
 
 
-def _strips(M, N, BM, BN, g, programs, order, *, whole_grid=False, floor=False):
-    """(distinct pid_m, distinct pid_n) among the first programs, and some wrong variants."""
-    num_pid_m, num_pid_n = (M // BM, N // BN) if floor else (ceil_div(M, BM), ceil_div(N, BN))
-    count = num_pid_m * num_pid_n if whole_grid else min(programs, num_pid_m * num_pid_n)
-    tiles = [order(p, num_pid_m, num_pid_n, g) for p in range(count)]
-    return len({m for m, _ in tiles}), len({n for _, n in tiles})
+def _program_table(num_pid_m, num_pid_n, g, order):
+    """A (num_pid_m, num_pid_n) tensor: the program that ``order`` gives each tile."""
+    table = torch.full((num_pid_m, num_pid_n), -1, dtype=torch.int64)
+    for p in range(num_pid_m * num_pid_n):
+        table[order(p, num_pid_m, num_pid_n, g)] = p
+    return table
+
+
+def _strips(M, N, BM, BN, g, programs, wave, order, *, whole_grid=False, floor=False):
+    """(distinct pid_m, distinct pid_n) of the tiles that wave ``wave`` computes, read from
+    the table of programs by tile (a row of tiles is one strip of A, a column one of B); and
+    some wrong variants."""
+    grid = (M // BM, N // BN) if floor else (ceil_div(M, BM), ceil_div(N, BN))
+    table = _program_table(*grid, g, order)
+    mine = table >= 0 if whole_grid else (table // programs == wave)
+    return int(mine.any(dim=1).sum()), int(mine.any(dim=0).sum())
 
 
 def _column_major(pid, num_pid_m, num_pid_n, group_size_m):
     return pid % num_pid_m, pid // num_pid_m
 
 
-def ex07_wave(first_wave):
-    """Lesson 07, exercise 3: the L2 model of the first wave, for the tile order it is given
-    (the grouped order, and a column-major one that no copy of the lesson's function fits)."""
-    from ..kernels import k07_triton_swizzle as k07
+def _guarded(order):
+    """``order`` refusing a program id outside the grid (the learner's last wave ran past
+    it) with the cause."""
+    def guarded(pid, num_pid_m, num_pid_n, group_size_m):
+        total = num_pid_m * num_pid_n
+        if not 0 <= pid < total:
+            raise ExerciseError(
+                f"order({pid}, {num_pid_m}, {num_pid_n}, ...) asks for program {pid}, but the "
+                f"grid has only {total} tiles ({num_pid_m} x {num_pid_n}), programs 0 .. "
+                f"{total - 1}: the last wave runs fewer than `programs` programs (and a grid "
+                "smaller than a wave runs all of them at once): stop at the grid's last program")
+        return order(pid, num_pid_m, num_pid_n, group_size_m)
+    return guarded
+
+
+def ex07_wave(wave_strips):
+    """Lesson 07, exercise 3: the L2 model of any wave, for the tile order it is given (the
+    grouped order, and a column-major one), the last wave partial."""
     grids = 0
     for order, name in ((_grouped, "grouped"), (_column_major, "column-major")):
+        guarded = _guarded(order)
         for M, N in [(8192, 8192), (4096, 4096), (16384, 2048), (500, 700), (1024, 65536)]:
             for g in (1, 4, 8):
                 for programs in (132, 7):
-                    grids += 1
-                    want = (k07.first_wave(M, N, 128, 256, g, programs) if order is _grouped
-                            else _strips(M, N, 128, 256, g, programs, order))
-                    with run_answer("my_first_wave", seconds=20):
-                        got = tuple(first_wave(M, N, 128, 256, g, programs, order))
-                    if got == tuple(want):
-                        continue
-                    args = (M, N, 128, 256, g, programs, order)
-                    if order is _column_major and got == k07.first_wave(M, N, 128, 256, g,
-                                                                        programs):
-                        cause = ("the order passed in is not used: count the tiles that "
-                                 "order(pid, ...) gives, whatever the order")
-                    elif got == _strips(*args[:4], 1, programs, order) and g > 1:
-                        cause = (f"{HINTS['order']}: these are the strips of group_size_m = 1 "
-                                 "(row-major): pass group_size_m on to order")
-                    elif got == _strips(*args, whole_grid=True):
-                        cause = ("these are the strips of the whole grid, not of the first "
-                                 "wave: only the first `programs` programs run at once")
-                    elif got == tuple(reversed(want)):
-                        cause = ("A and B swapped: A's strips are the distinct pid_m, B's the "
-                                 "distinct pid_n")
-                    elif got == _strips(*args, floor=True):
-                        cause = (f"{HINTS['grid']}: a partial tile is a tile, "
-                                 "the grid is triton.cdiv(M, BM) x triton.cdiv(N, BN)")
-                    else:
-                        cause = ("count the distinct pid_m and pid_n among the tiles of "
-                                 "programs 0 .. programs - 1 (fewer when the grid is smaller)")
-                    raise ExerciseError(f"{M} x {N}, GROUP_SIZE_M={g}, {programs} programs, "
-                                        f"{name} order: got {got} (A strips, B strips), "
-                                        f"expected {tuple(want)}: {cause}")
-    rows = first_wave(8192, 8192, 128, 256, 1, 132, _grouped)
-    grouped = first_wave(8192, 8192, 128, 256, 8, 132, _grouped)
-    return (f"my_first_wave: right on {grids} grids and waves. 8192 x 8192, one wave of 132: "
-            f"row-major {rows[0]} + {rows[1]} strips, grouped {grouped[0]} + {grouped[1]}")
+                    total = ceil_div(M, 128) * ceil_div(N, 256)
+                    waves = ceil_div(total, programs)
+                    for wave in sorted({0, 1, waves - 1} & set(range(waves))):
+                        grids += 1
+                        args = (M, N, 128, 256, g, programs)
+                        want = _strips(*args, wave, order)
+                        with run_answer("my_wave", seconds=20), \
+                                no_package_calls("my_wave", allowed=(guarded,)):
+                            got = tuple(wave_strips(*args, wave, guarded))
+                        if got == want:
+                            continue
+                        if wave and got == _strips(*args, 0, order):
+                            cause = (f"these are the strips of wave 0: wave {wave} runs "
+                                     f"programs {wave} * programs .. {wave + 1} * programs - 1")
+                        elif g > 1 and got == _strips(*args[:4], 1, programs, wave, order):
+                            cause = (f"{HINTS['order']}: these are the strips of "
+                                     "group_size_m = 1 (row-major): pass group_size_m on to "
+                                     "order")
+                        elif got == _strips(*args, wave, order, whole_grid=True):
+                            cause = ("these are the strips of the whole grid, not of one wave: "
+                                     "only `programs` programs run at once")
+                        elif got == tuple(reversed(want)):
+                            cause = ("A and B swapped: A's strips are the distinct pid_m, B's "
+                                     "the distinct pid_n")
+                        elif got == _strips(*args, wave, order, floor=True):
+                            cause = (f"{HINTS['grid']}: a partial tile is a tile, "
+                                     "the grid is triton.cdiv(M, BM) x triton.cdiv(N, BN)")
+                        else:
+                            cause = ("count the distinct pid_m and pid_n among the tiles that "
+                                     "order() gives the programs of the wave")
+                        raise ExerciseError(
+                            f"{M} x {N}, GROUP_SIZE_M={g}, {programs} programs a wave, wave "
+                            f"{wave} of {waves}, {name} order: got {got} (A strips, B strips), "
+                            f"expected {want}: {cause}")
+    tiles = ceil_div(8192, 128) * ceil_div(8192, 256)
+    waves = ceil_div(tiles, 132)
+    first = wave_strips(8192, 8192, 128, 256, 8, 132, 0, _guarded(_grouped))
+    last = wave_strips(8192, 8192, 128, 256, 8, 132, waves - 1, _guarded(_grouped))
+    return (f"my_wave: right on {grids} waves. 8192 x 8192 in {waves} waves of 132, grouped by "
+            f"8: wave 0 reads {first[0]} + {first[1]} strips, wave {waves - 1} (the last "
+            f"{tiles - (waves - 1) * 132} programs) {last[0]} + {last[1]}")
 
 
 def ex07_program_of(program_of):
@@ -182,7 +256,8 @@ def ex07_program_of(program_of):
                 grids += 1
                 want = {_grouped(p, num_pid_m, num_pid_n, g): p
                         for p in range(num_pid_m * num_pid_n)}
-                with run_answer("my_program_of", seconds=20):
+                with run_answer("my_program_of", seconds=20), \
+                        no_package_calls("my_program_of"):
                     got = {t: program_of(*t, num_pid_m, num_pid_n, g) for t in want}
                 bad = [(t, got[t], p) for t, p in want.items() if got[t] != p]
                 if not bad:
@@ -204,11 +279,11 @@ def ex07_program_of(program_of):
     rng = random.Random(7)
     num_pid_m, num_pid_n, g = 3001, 2003, 8
     pids = [rng.randrange(num_pid_m * num_pid_n) for _ in range(300)]
+    tiles = [_grouped(p, num_pid_m, num_pid_n, g) for p in pids]
     with run_answer(f"my_program_of on {len(pids)} tiles of a 3001 x 2003 grid (compute the "
-                 "program from the tile's group in a few operations, without a search over "
-                 "programs)", seconds=5):
-        for p in pids:
-            t = _grouped(p, num_pid_m, num_pid_n, g)
+                    "program from the tile's group in a few operations, without a search over "
+                    "programs)", seconds=5), no_package_calls("my_program_of"):
+        for p, t in zip(pids, tiles):
             got = program_of(*t, num_pid_m, num_pid_n, g)
             if got != p:
                 raise ExerciseError(f"{HINTS['order']}: grid {num_pid_m} x {num_pid_n}, "

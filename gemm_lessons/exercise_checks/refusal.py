@@ -1,0 +1,74 @@
+"""The package's own functions are no answer: :func:`no_package_calls` runs a learner's
+function and refuses it when it calls into ``gemm_lessons`` (a finished kernel's helper, a
+check's reference), and :func:`refuse_package_kernel` refuses a kernel that is one of the
+package's own. Only calls made by the learner's code (the notebook's ``__main__``) count: the functions a
+check hands to the answer (an ``order``, a helper) are passed as ``allowed``, and what they
+call in turn is theirs."""
+from __future__ import annotations
+
+import contextlib
+import inspect
+import os
+import sys
+
+from .guards import ExerciseError
+
+_ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
+
+
+def _in_package(code):
+    return os.path.abspath(code.co_filename).startswith(_ROOT)
+
+
+def _name(frame):
+    mod = frame.f_globals.get("__name__", "?")
+    return f"{mod}.{frame.f_code.co_qualname if hasattr(frame.f_code, 'co_qualname') else frame.f_code.co_name}"
+
+
+@contextlib.contextmanager
+def no_package_calls(what, allowed=()):
+    """Run the block (a call of the learner's ``what``); if the learner's code called a
+    function of the package other than those ``allowed``, raise :class:`ExerciseError` naming
+    it. Pure Python answers only (the profiler sees Python calls of this thread)."""
+    allowed_codes = set()
+    for f in allowed:
+        f = inspect.unwrap(f)
+        code = getattr(f, "__code__", None)
+        if code is not None:
+            allowed_codes.add(code)
+    found = []
+
+    def profile(frame, event, arg):
+        if event != "call" or found:
+            return
+        code = frame.f_code
+        caller = frame.f_back
+        if (_in_package(code) and code not in allowed_codes and caller is not None
+                and caller.f_globals.get("__name__") == "__main__"):
+            found.append(_name(frame))
+
+    old = sys.getprofile()
+    sys.setprofile(profile)
+    try:
+        yield
+    finally:
+        sys.setprofile(old)
+    if found:
+        raise ExerciseError(
+            f"{what} calls {found[0]}, the package's own function: the package's code is no "
+            "answer. Write the computation yourself (that is the exercise)")
+
+
+def refuse_package_kernel(kernel, what):
+    """:class:`ExerciseError` if ``kernel`` (a function, a numba or Triton kernel) was
+    defined in the package rather than in the learner's notebook."""
+    fn = kernel
+    for attr in ("fn", "py_func", "__wrapped__"):
+        while hasattr(fn, attr) and getattr(fn, attr) is not fn:
+            fn = getattr(fn, attr)
+    code = getattr(fn, "__code__", None)
+    if code is not None and _in_package(code):
+        raise ExerciseError(
+            f"{what} is the package's own {getattr(fn, '__module__', '')}."
+            f"{getattr(fn, '__qualname__', getattr(fn, '__name__', '?'))}: the package's code "
+            "is no answer. Write the kernel yourself (that is the exercise)")
