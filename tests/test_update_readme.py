@@ -1,5 +1,6 @@
 """README's generated regions (tools/update_readme.py): Colab links and the runs-where table
 come from tools/colab.py's REPO_URL and from the registry."""
+import json
 import sys
 from dataclasses import replace
 from pathlib import Path
@@ -45,12 +46,11 @@ def test_runs_where_table_has_a_row_per_lesson_and_sits_after_the_lessons():
     rows = [l for l in body.splitlines() if l.startswith("| 0") or l.startswith("| 1")]
     assert [r.split("|")[1].strip() for r in rows] == \
         [p.name[:2] for p in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))]
-    by_lesson = {}
-    for k in gl.kernels():
-        by_lesson.setdefault(k.lesson, []).append(k)
-    for r in rows:
+    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    by_notebook = update_readme.kernels_by_notebook(gl.kernels(), notebooks)
+    for r, nb in zip(rows, notebooks):
         cells = [c.strip() for c in r.strip("|").split("|")]
-        ks = by_lesson.get(int(cells[0]), [])
+        ks = by_notebook[nb]
         for (_, cc, _), cell in zip(update_readme.MACHINES, cells[1:]):
             assert cell == update_readme._where(ks, cc)
             if ks and cc == (9, 0):
@@ -65,3 +65,17 @@ def test_render_adds_the_runs_where_region_once():
     once = update_readme.render(stripped)
     assert once.count(update_readme.WHERE_START) == 1
     assert update_readme.render(once) == once
+
+
+def test_a_lesson_in_two_notebooks_lists_each_kernel_where_it_is_checked(tmp_path):
+    def notebook(name, code):
+        path = tmp_path / name
+        path.write_text(json.dumps({"cells": [{"cell_type": "code", "source": code}]}))
+        return path
+    first = notebook("09_a.ipynb", 'print(gl.check("k_one"))')
+    second = notebook("09_b.ipynb", "print(gl.check_anywhere('k_two'))\nk_one")
+    other = notebook("10_c.ipynb", "")
+    k = next(iter(gl.kernels()))
+    one, two, three = (replace(k, name=n, lesson=9) for n in ("k_one", "k_two", "k_three"))
+    got = update_readme.kernels_by_notebook([one, two, three], [first, second, other])
+    assert got == {first: [one, three], second: [two], other: []}

@@ -11,6 +11,7 @@ registry, between ``<!-- runs-where:start -->`` and ``<!-- runs-where:end -->``.
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 from pathlib import Path
@@ -40,16 +41,33 @@ def _title(nb_path):
     return nb_path.stem
 
 
+def _checked(nb_path):
+    """The kernels a notebook's checkpoints name (``gl.check("...")``, ``gl.check_anywhere``)."""
+    code = "\n".join("".join(c["source"]) for c in json.loads(nb_path.read_text())["cells"]
+                     if c["cell_type"] == "code")
+    return set(re.findall(r"""check(?:_anywhere)?\(\s*["'](\w+)["']""", code))
+
+
+def kernels_by_notebook(kernels, notebooks):
+    """{notebook: its lesson's kernels}. A lesson taught in several notebooks lists each
+    kernel under the first of them whose checkpoint checks it (else under its first)."""
+    out = {nb: [] for nb in notebooks}
+    for k in kernels:
+        mine = [nb for nb in notebooks if int(nb.name[:2]) == k.lesson]
+        if mine:
+            out[next((nb for nb in mine if k.name in _checked(nb)), mine[0])].append(k)
+    return out
+
+
 def table():
     import gemm_lessons as gl
-    by_lesson = {}
-    for k in gl.kernels():
-        by_lesson.setdefault(k.lesson, []).append(k)
+    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    by_notebook = kernels_by_notebook(gl.kernels(), notebooks)
     rows = ["| # | notebook | what it teaches | kernels (`gl.kernels()`) | Colab |",
             "|---|---|---|---|---|"]
-    for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+    for nb in notebooks:
         n = int(nb.name[:2])
-        ks = ", ".join(f"`{k.name}` ({'/'.join(k.dtype_names)})" for k in by_lesson.get(n, []))
+        ks = ", ".join(f"`{k.name}` ({'/'.join(k.dtype_names)})" for k in by_notebook[nb])
         link = f"[open in Colab]({colab_url(f'notebooks/{nb.name}')})"
         rows.append(f"| {n:02d} | [{nb.stem}](notebooks/{nb.name}) | {_title(nb)} | "
                     f"{ks or '-'} | {link} |")
@@ -83,9 +101,6 @@ def _where(kernels, cc):
 
 def where_table():
     import gemm_lessons as gl
-    by_lesson = {}
-    for k in gl.kernels():
-        by_lesson.setdefault(k.lesson, []).append(k)
     lines = [
         "Where each lesson's kernels run, from the compute capability each kernel needs "
         "(`min_cc` in `gl.kernels()`). \"simulator\" means numba's CUDA simulator or "
@@ -107,9 +122,9 @@ def where_table():
         lines[0] + " Kernels that need sm_80 or newer: "
         + "; ".join(f"{cc}: {', '.join(ns)}" for cc, ns in sorted(needs.items())) + ".",
         width=92, break_long_words=False, break_on_hyphens=False)
-    for nb in sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb")):
+    notebooks = sorted((ROOT / "notebooks").glob("[0-9][0-9]_*.ipynb"))
+    for nb, ks in kernels_by_notebook(gl.kernels(), notebooks).items():
         n = int(nb.name[:2])
-        ks = by_lesson.get(n, [])
         lines.append(f"| {n:02d} | " + " | ".join(_where(ks, cc) for _, cc, _ in MACHINES) + " |")
     return "\n".join(lines)
 
