@@ -62,9 +62,6 @@ MIN_TOKENS = 60     # ... and so does one that holds a run this long, whatever t
 KNOWN_LEAKS = {
     # lessons 01-05
     "ex01-1": "kernels/k01_naive.py",
-    "ex02-1": "kernels/k02_smem_tiling.py, lesson 02",
-    "ex02-2": "exercises/04 (its launch grid)",
-    "ex02-3": "lesson 02, the checks of lessons 02, 04 and 05",
     "ex04-1": "the checks of lesson 04 (k04_helpers)",
     "ex04-2": "kernels/k04_register_tiling.py, k04_double_buffer.py, k04_warp_tiling.py",
     "ex05-1": "the checks of lesson 05 (k05_helpers)",
@@ -74,7 +71,6 @@ KNOWN_LEAKS = {
     "ex06-2": "the checks of lesson 06 (_pipeline_smem)",
     "ex06-6": "the checks of lesson 06 (k06_drain_ring)",
     "ex06-7": "the checks of lesson 06 (k06_fill_ring)",
-    "ex08-2": "kernels/k08_triton_autotune.py (its grid)",
     "ex09-4": "exercises/09 (exercise 1's K loop)",
 }
 
@@ -85,10 +81,6 @@ NO_CHEAT_YET = {
     "ex01-2",
     "ex01-3",
     "ex01-4",
-    "ex02-1",
-    "ex02-2",
-    "ex02-3",
-    "ex02-4",
     "ex03-1",
     "ex03-2",
     "ex03-3",
@@ -111,10 +103,6 @@ NO_CHEAT_YET = {
     "ex06-5",
     "ex06-6",
     "ex06-7",
-    "ex08-1",
-    "ex08-2",
-    "ex08-3",
-    "ex08-4",
     "ex09-1",
     "ex09-2",
     "ex09-3",
