@@ -203,14 +203,26 @@ def matmul(a, b, kernel="k01_coalesced", *, out=None):
     launcher made no copy that a replay would leave stale (:mod:`gemm_lessons.fastpath`).
     To repeat one product on fixed operands with the least Python, :func:`prepare`.
     """
+    key = None
+    if _fast.ENABLED and type(a) is torch.Tensor and type(b) is torch.Tensor \
+            and _backend.on_gpu():
+        # the kind of call: a kind recorded before was checked then, all of it but ``out``
+        tk = _fast.tensor_key
+        key = (kernel, tk(a), tk(b), None if out is None else tk(out),
+               _fast.aliasing(a, b, out))
+        plan = _MATMULS.get(key)
+        if plan.__class__ is _fast.Plan:      # the third call of a kind on: replay it
+            if out is None:
+                out = torch.empty(a.shape[0], b.shape[1], dtype=a.dtype, device=a.device)
+            else:
+                _check_out(out, a, a.shape[0], b.shape[1])
+            plan(a, b, out)
+            return out
     entry, out = _checked_call(kernel, a, b, out)
     M, N = out.shape
     if _backend.on_gpu():             # one launch: nothing to guard, no row slicing
-        tk = _fast.tensor_key
-        key = (entry.name, tk(a), tk(b), tk(out), _fast.aliasing(a, b, out))
-        plan = _MATMULS.get(key)
-        if plan.__class__ is _fast.Plan:      # the third call of a kind on: replay it
-            plan(a, b, out)
+        if key is None or not isinstance(kernel, str):
+            entry.launch(a, b, out)
         else:
             _MATMULS.run(key, lambda: entry.launch(a, b, out), (a, b, out), out)
         return out
@@ -460,7 +472,7 @@ def _gemm_key(kernel, a, b, c, alpha, beta, bias, activation):
     or None where the call takes the full path every time (not on a GPU, arguments of other
     types: their errors are raised there)."""
     T = torch.Tensor
-    if not (_backend.on_gpu() and isinstance(kernel, str) and type(a) is T and type(b) is T
+    if not (_fast.ENABLED and _backend.on_gpu() and isinstance(kernel, str) and type(a) is T and type(b) is T
             and (c is None or type(c) is T) and (bias is None or type(bias) is T)
             and type(alpha) in (float, int) and type(beta) in (float, int)
             and (activation is None or type(activation) is str)):

@@ -7,24 +7,29 @@ engineer would ask:
 1. **Where does it run?** Off a GPU (numba's simulator, Triton's interpreter) the Triton
    kernels run far faster than simulated CUDA threads: lesson 08's split-K kernel for a
    plain product, lesson 09's fused kernel for a product with an epilogue. Below Hopper
-   (no TMA, no wgmma) the same two.
-2. **Can TMA address the operands?** On Hopper (compute capability 9.x), fp16 and bf16:
-   a TMA descriptor needs rows whose length in bytes is a multiple of 16 (a multiple of 8
-   halves) and 16-byte-aligned bases. Where a row is not (K or N not a multiple of 8),
-   pointer loads of A or B cannot be 16 bytes wide and the kernels that use them run at
-   about half of cuBLAS; ``k08_triton_tma`` stages such an operand through a padded,
-   aligned copy (one extra pass over it, small beside the product) and keeps its wide
-   copies.
-3. **How many tiles?** With few rows (M below 2048 for a plain product), a 128 x 256 tile
-   grid leaves most of the 132 multiprocessors idle: split-K (lesson 08) cuts K into
-   slices so that there are enough programs. With many rows, the persistent TMA kernel.
-4. **An epilogue?** ``gl.gemm`` with bias and activation: lesson 09's TMA split-K kernel,
-   whose epilogue runs after the last slice; batched products the batched TMA kernel.
-   fp32 products run lesson 08's split-K kernel with its fp32 (IEEE) configurations.
+   (no TMA, no wgmma), and for fp32, lesson 08's split-K kernel and lesson 09's split-K
+   fused kernel.
+2. **Is the product small?** Below 2**27 multiply-adds (M x N x K) the call's host time
+   matters more than the kernel's: split-K with pointer loads, which reads the operands
+   where they are (no copy) and replays as one launch.
+3. **Can the loads be 16 bytes wide?** A row whose length in bytes is not a multiple of 16
+   (K or N not a multiple of 8 halves) forces narrow pointer loads, at about half of
+   cuBLAS. Where both M and N are 256 or more, ``k08_triton_tma`` stages such an operand
+   through a padded, aligned copy (one pass over it, small beside the product) and keeps
+   its wide TMA copies; on thinner products the copy costs more than it saves.
+4. **How many tiles?** With fewer than 2048 rows, a grid of 128 x 256 tiles leaves most of
+   the 132 multiprocessors idle: split-K (lesson 08) cuts K into slices so that there are
+   programs enough. From 2048 rows on, with operands TMA can read in place, the persistent
+   TMA kernel.
+5. **An epilogue?** ``gl.gemm`` with bias and activation: below 2048 rows lesson 09's
+   split-K fused kernel (pointer loads: its call costs the least host time, and its slices
+   fill the GPU), from 2048 rows on the TMA fused kernel; batched products the batched TMA
+   kernel.
 
 :func:`kernel_for` returns the name; ``gl.matmul(a, b, kernel="auto")`` and
-``gl.gemm(..., kernel="auto")`` run it. The figures behind each threshold are in the results
-CSV (``h200_front_door.csv``), timed as a user calls the kernels.
+``gl.gemm(..., kernel="auto")`` run it (``gl.auto_kernel`` says which). The measurements
+behind each threshold are in ``gemm_lessons/results/h200_front_door.csv``, timed as a user
+calls the kernels (``tools/front_door.py``).
 """
 from __future__ import annotations
 
@@ -32,10 +37,12 @@ import torch
 
 from . import engines
 
-__all__ = ["AUTO", "kernel_for", "tma_addressable", "MANY_ROWS"]
+__all__ = ["AUTO", "kernel_for", "tma_addressable", "wide_loads", "MANY_ROWS", "SMALL"]
 
 AUTO = "auto"
 MANY_ROWS = 2048          # from here on a plain product has tiles enough for every SM
+SMALL = 2 ** 27           # multiply-adds below which the host's time per call dominates
+WIDE_COPY = 256           # M and N from which staging a misaligned operand pays
 
 
 def tma_addressable(t):
@@ -46,22 +53,33 @@ def tma_addressable(t):
             and t.stride(-2) >= t.shape[-1])
 
 
+def wide_loads(t):
+    """Whether pointer loads of ``t`` can be 16 bytes wide: one unit stride, the other a
+    multiple of 16 bytes, a 16-byte-aligned base (a row-major tensor or a transposed one,
+    such as ``W.t()`` of an ``nn.Linear`` weight)."""
+    size = t.element_size()
+    lead = [s for s in t.stride()[-2:] if s != 1]
+    return (1 in t.stride()[-2:] and all((s * size) % 16 == 0 for s in lead)
+            and t.data_ptr() % 16 == 0)
+
+
 def kernel_for(a, b, *, fused=False, batched=False):
     """The registered kernel ``kernel="auto"`` runs for ``a @ b`` (``fused``: a ``gl.gemm``
     call with an epilogue; ``batched``: a 3-D operand or C)."""
     eng = engines.engine()
     half = a.dtype in (torch.float16, torch.bfloat16)
     hopper = eng.kind == "cuda" and tuple(eng.capability)[0] == 9
+    M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     if fused:
         if batched:
             return "k09_fused_tma" if hopper and half else "k09_fused_epilogue"
-        if hopper and half:
-            return "k09_fused_tma_splitk"
-        return "k09_fused_splitk" if eng.kind == "cuda" else "k09_fused_epilogue"
-    if not (hopper and half):
+        if eng.kind != "cuda":
+            return "k09_fused_epilogue"
+        return "k09_fused_tma" if hopper and half and M >= MANY_ROWS else "k09_fused_splitk"
+    if not (hopper and half) or M * N * K <= SMALL:
         return "k08_triton_splitk"
-    M = a.shape[-2]
-    aligned = tma_addressable(a) and tma_addressable(b) and (b.shape[-1] * a.element_size()) % 16 == 0
-    if not aligned or M >= MANY_ROWS:
+    if not (wide_loads(a) and wide_loads(b)):
+        return "k08_triton_tma" if min(M, N) >= WIDE_COPY else "k08_triton_splitk"
+    if M >= MANY_ROWS and tma_addressable(a) and tma_addressable(b):
         return "k08_triton_tma"
     return "k08_triton_splitk"

@@ -28,12 +28,16 @@ from __future__ import annotations
 
 import copy
 import numbers
+import os
 
 import torch
 
-__all__ = ["keep", "forget", "recording", "Plan", "build", "tensor_key", "Cache", "LAUNCHER"]
+__all__ = ["keep", "forget", "recording", "Plan", "build", "tensor_key", "Cache", "LAUNCHER",
+           "ENABLED"]
 
 LAUNCHER = "launcher"     # a kind whose launches cannot be replayed: run the launcher
+# GEMM_LESSONS_FASTPATH=0: gl.matmul and gl.gemm run the launcher on every call (to compare)
+ENABLED = os.environ.get("GEMM_LESSONS_FASTPATH", "1") != "0"
 
 # ------------------------------------------------------------------ buffers kept for good
 _KEPT: dict = {}          # (lo, hi) address span -> the tensor (kept alive here)
@@ -147,13 +151,16 @@ class Plan:
             step(roles)
 
 
-def cuda_stream():
-    """The raw handle of torch's current CUDA stream: where a replayed launch goes (inside a
-    graph capture, the capturing stream)."""
-    raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(torch.cuda.current_device())
-    return torch.cuda.current_stream().cuda_stream
+_RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+
+
+def cuda_stream(device=None):
+    """The raw handle of torch's current CUDA stream on ``device`` (an index; default the
+    current device): where a replayed launch goes (inside a graph capture, the capturing
+    stream)."""
+    if _RAW_STREAM is not None:
+        return _RAW_STREAM(torch.cuda.current_device() if device is None else device)
+    return torch.cuda.current_stream(device).cuda_stream
 
 
 def _triton_step(launcher, head, args, spans, kept):
@@ -189,18 +196,19 @@ def _triton_step(launcher, head, args, spans, kept):
         continue                         # a constant: a dtype, a tuple of sizes, ...
     g0, g1, g2, _, function, packed = head[:6]
     template = list(args)
+    device = next((x.device.index for x in args if isinstance(x, torch.Tensor)), None)
 
     def step(roles):
         call = template[:]
         for i, kind, where in slots:
-            if kind == "ptr":
+            if kind == "ptr":        # the address itself: Triton takes an int as a pointer
                 r, off = where
-                call[i] = roles[r] if off == 0 else roles[r].data_ptr() + off
+                call[i] = roles[r].data_ptr() + off
             else:
                 d = copy.copy(template[i])
                 d.base = roles[where]
                 call[i] = d
-        launcher(g0, g1, g2, cuda_stream(), function, packed, None, None, None, *call)
+        launcher(g0, g1, g2, cuda_stream(device), function, packed, None, None, None, *call)
     return step
 
 

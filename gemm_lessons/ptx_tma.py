@@ -111,6 +111,8 @@ def tensor_map_2d(t, box_rows, box_cols=BOX_COLS):
         raise ValueError(f"box_rows must be from 1 to 256, got {box_rows}")
     rows, cols = t.shape
     row_bytes = max(t.stride(0), 1) * t.element_size()
+    if rows == 1:     # one row: its stride is never used, but the driver wants a multiple
+        row_bytes = -(-max(row_bytes, cols * t.element_size()) // 16) * 16   # of 16 bytes
     if SIMULATED or not engines.on_gpu():
         words = [_MAGIC, t.data_ptr(), t.element_size(), cols, rows, row_bytes, box_cols,
                  box_rows, SWIZZLE_BYTES] + [0] * (_WORDS - 9)

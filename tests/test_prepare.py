@@ -177,8 +177,8 @@ def test_the_cache_runs_records_then_replays_with_new_tensors(monkeypatch):
     class FakeLauncher:
         def __call__(self, g0, g1, g2, stream, function, packed, meta, enter, exit_, *args):
             calls.append((g0, g1, g2, stream, function, packed, meta, enter, exit_))
-            a, b, out, desc = args[:4]
-            out.copy_(a @ desc.base)
+            a, b, out, desc = (live[x] if isinstance(x, int) else x for x in args[:4])
+            out.copy_(a @ desc.base)         # a replay passes addresses: the tensors there
 
     class Desc:                           # a host-side TMA descriptor: its tensor is .base
         def __init__(self, base):
@@ -186,7 +186,7 @@ def test_the_cache_runs_records_then_replays_with_new_tensors(monkeypatch):
 
     monkeypatch.setattr(type(driver), "active",
                         property(lambda self: type("Fake", (), {"launcher_cls": FakeLauncher})))
-    monkeypatch.setattr(fastpath, "cuda_stream", lambda: 222)
+    monkeypatch.setattr(fastpath, "cuda_stream", lambda device=None: 222)
     launcher, real_call = FakeLauncher(), FakeLauncher.__call__
     launcher_calls = []
 
@@ -195,10 +195,11 @@ def test_the_cache_runs_records_then_replays_with_new_tensors(monkeypatch):
         launcher(4, 1, 1, 111, "fn", "meta", "launch meta", "enter", "exit", a, b, out, Desc(b),
                  19, "tf32")
 
-    cache = fastpath.Cache()
+    cache, live = fastpath.Cache(), {}
     for i in range(4):
         a, b = operands(torch.float32, seed=i)
         out = torch.full((a.shape[0], b.shape[1]), float("nan"), device=a.device)
+        live.update({t.data_ptr(): t for t in (a, b, out)})
         key = ("fake", fastpath.tensor_key(a), fastpath.tensor_key(b))
         plan = cache.get(key)
         if isinstance(plan, fastpath.Plan):
