@@ -80,12 +80,12 @@ def random_shapes(n, seed=0):
     return shapes
 
 
-def operands(M, N, K, layout, seed=0):
+def operands(M, N, K, layout, seed=0, dtype=DTYPE):
     """x (M, K), the weight W (N, K), and b as the call takes it: W.t() or a row-major copy."""
     g = torch.Generator(device="cuda").manual_seed(seed)
-    x = torch.randn(M, K, generator=g, device="cuda", dtype=torch.float32).to(DTYPE)
-    W = torch.randn(N, K, generator=g, device="cuda", dtype=torch.float32).to(DTYPE) / K ** 0.5
-    bias = torch.randn(N, generator=g, device="cuda", dtype=torch.float32).to(DTYPE)
+    x = torch.randn(M, K, generator=g, device="cuda", dtype=torch.float32).to(dtype)
+    W = (torch.randn(N, K, generator=g, device="cuda", dtype=torch.float32) / K ** 0.5).to(dtype)
+    bias = torch.randn(N, generator=g, device="cuda", dtype=torch.float32).to(dtype)
     b = W.t() if layout == "wt" else W.t().contiguous()
     return x, W, b, bias
 
@@ -133,33 +133,31 @@ def checked(fn, ref, x, b):
 def part_host(w, size=64):
     from launch_cost import host_ms
     M = N = K = size
-    x, W, b, bias = operands(M, N, K, "row")
+    ops, base = {}, {}
+    for dtype in (torch.float16, torch.float32):     # fp32: the SIMT kernels of 01-04
+        x, W, b, bias = operands(M, N, K, "row", dtype=dtype)
+        ops[dtype] = (x, W, b, bias)
+        with harness._fp32_ieee():
+            base[dtype] = host_ms(lambda: torch.mm(x, b))
+    x, W, b, bias = ops[torch.float16]
     wt = W.t()
-    base = host_ms(lambda: torch.mm(x, b))
     base_eager = host_ms(lambda: F.gelu(F.linear(x, W, bias)))
-    for entry in registry.entries():
-        if not gl.runs_here(entry.name) or DTYPE not in entry.dtypes:
-            continue
+    names = [e.name for e in registry.entries() if gl.runs_here(e.name)] + ["auto"]
+    for name in names:
+        entry = None if name == "auto" else registry.get(name)
+        dtype = torch.float16 if entry is None or torch.float16 in entry.dtypes else torch.float32
+        xx, _, bb, _ = ops[dtype]
         for _ in range(3):
-            gl.matmul(x, b, entry.name)
-        direct = host_ms(lambda: gl.matmul(x, b, entry.name))
-        p = gl.prepare(entry.name, x, b)
-        w.add(f"{entry.name}:host:mm", M, N, K, direct, base, prepare_ms=host_ms(p),
-              status=p.mode)
-        if entry.gemm is not None and {"bias", "activation"} <= entry.features:
-            call = lambda: gl.gemm(x, wt, bias=bias, activation="gelu", kernel=entry.name)
+            gl.matmul(xx, bb, name)
+        direct = host_ms(lambda: gl.matmul(xx, bb, name))
+        p = gl.prepare(name, xx, bb)
+        w.add(f"{name}:host:mm", M, N, K, direct, base[dtype], prepare_ms=host_ms(p),
+              status=p.mode, dtype=str(dtype).replace("torch.", ""))
+        if entry is None or (entry.gemm is not None and {"bias", "activation"} <= entry.features):
+            call = lambda: gl.gemm(x, wt, bias=bias, activation="gelu", kernel=name)
             for _ in range(3):
                 call()
-            w.add(f"{entry.name}:host:eager", M, N, K, host_ms(call), base_eager)
-    for _ in range(3):
-        gl.matmul(x, b, "auto")
-    p = gl.prepare("auto", x, b)
-    w.add("auto:host:mm", M, N, K, host_ms(lambda: gl.matmul(x, b, "auto")), base,
-          prepare_ms=host_ms(p), status=p.mode)
-    call = lambda: gl.gemm(x, wt, bias=bias, activation="gelu", kernel="auto")
-    for _ in range(3):
-        call()
-    w.add("auto:host:eager", M, N, K, host_ms(call), base_eager)
+            w.add(f"{name}:host:eager", M, N, K, host_ms(call), base_eager)
 
 
 def part_plain(w, shapes, batches, min_batch_ms, deadline):
