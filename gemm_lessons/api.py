@@ -206,10 +206,12 @@ def matmul(a, b, kernel="k01_coalesced", *, out=None):
     key = None
     if _fast.ENABLED and type(a) is torch.Tensor and type(b) is torch.Tensor \
             and _backend.on_gpu():
-        # the kind of call: a kind recorded before was checked then, all of it but ``out``
-        tk = _fast.tensor_key
-        key = (kernel, tk(a), tk(b), None if out is None else tk(out),
-               _fast.aliasing(a, b, out))
+        # the kind of call (see gemm_lessons.fastpath; one flat tuple: it is built on every
+        # call): a kind recorded before was checked then, all of it but ``out``
+        pa, pb = a.data_ptr(), b.data_ptr()
+        key = (kernel, a.shape, a.stride(), a.dtype, a.device, pa % 16, b.shape, b.stride(),
+               b.dtype, b.device, pb % 16, pa == pb,
+               None if out is None else _fast.tensor_key(out))
         plan = _MATMULS.get(key)
         if plan.__class__ is _fast.Plan:      # the third call of a kind on: replay it
             if out is None:
@@ -477,9 +479,14 @@ def _gemm_key(kernel, a, b, c, alpha, beta, bias, activation):
             and type(alpha) in (float, int) and type(beta) in (float, int)
             and (activation is None or type(activation) is str)):
         return None
-    tk = _fast.tensor_key
-    return (kernel, tk(a), tk(b), tk(c), tk(bias), type(alpha), alpha, type(beta), beta,
-            activation, _fast.aliasing(a, b, c, bias))
+    pa, pb = a.data_ptr(), b.data_ptr()
+    key = (kernel, a.shape, a.stride(), a.dtype, a.device, pa % 16, b.shape, b.stride(),
+           b.dtype, b.device, pb % 16, pa == pb, type(alpha), alpha, type(beta), beta,
+           activation)
+    if c is not None or bias is not None:
+        tk = _fast.tensor_key
+        key += (tk(c), tk(bias), _fast.aliasing(a, b, c, bias))
+    return key
 
 
 def _runner(entry):

@@ -228,12 +228,19 @@ def _numba_step(real_launch, config, kernel, kernelargs, spans, kept):
                 continue
             slots.append((i, where))
     template = list(kernelargs)
+    streams = {}              # torch's raw stream handle -> numba's wrapper of it
 
     def step(roles):
         args = template[:]
         for i, (r, off) in slots:
             args[i] = roles[r].data_ptr() + off
-        real_launch(engines.numba_stream(), config, kernel, *args)
+        handle = cuda_stream()
+        stream = streams.get(handle)
+        if stream is None:
+            if len(streams) > 16:
+                streams.clear()
+            stream = streams[handle] = engines.numba_stream()
+        real_launch(stream, config, kernel, *args)
     return step
 
 

@@ -219,6 +219,7 @@ def test_a_numba_launch_replays_with_the_new_addresses(monkeypatch):
     seen = []
     fake_launch = lambda stream, config, kernel, *args: seen.append((stream, args))
     monkeypatch.setattr(engines, "numba_stream", lambda: "stream")
+    monkeypatch.setattr(fastpath, "cuda_stream", lambda device=None: 7)
     big = 2 ** 33
     a_ptr, b_ptr = a.data_ptr(), b.data_ptr()
     args = (0, 0, a.numel(), 4, a_ptr, *a.shape, 13 * 4, 4, 0, 0, b.numel(), 4, b_ptr + 8, 7)
