@@ -80,6 +80,9 @@ class _BarrierAudit:
         self.writes = {}            # (array id, idx) -> (thread, epoch)
         self.reads = {}             # (array id, idx) -> (epoch, set of threads)
         self.alive = []
+        self.shapes = {}
+        self.stale = None           # the first read of an element not written since the
+                                    # barrier before last (never written, or an old tile)
 
     def _access(self, arr, idx, write):
         if self.race is not None:
@@ -107,6 +110,12 @@ class _BarrierAudit:
                                  "reads and the next writes)")
                 self.writes[key] = (tid, ep)
             else:
+                if self.stale is None and (w is None or w[1] < ep - 1):
+                    self.stale = (f"thread {tid} of block {blk[:2]} reads {where}, which "
+                                  + ("no thread has written" if w is None else
+                                     f"was last written {ep - w[1]} barriers earlier") +
+                                  " (it holds what shared memory held: NaN here, anything "
+                                  "on a GPU)")
                 if w and w[0] != tid and w[1] == ep:
                     self.race = (f"thread {tid} of block {blk[:2]} reads {where}, which thread "
                                  f"{w[0]} wrote after the last barrier: it may read it before "
@@ -120,14 +129,32 @@ class _BarrierAudit:
         return f"{HINTS['barrier']}: {self.race}"
 
 
+def _poisoned(shape, dtype):
+    import numpy as np
+    return np.full(shape, np.nan if np.dtype(dtype).kind == "f" else -1, dtype)
+
+
+@contextlib.contextmanager
+def nan_shared():
+    """Shared arrays of the numba kernels launched inside start filled with NaN (simulator;
+    integer arrays with -1): an element a kernel reads before writing is then as undefined
+    as on a GPU, and shows in the result. One array per source line, as the simulator."""
+    def nan_array(shape, dtype, frame):
+        return _poisoned(shape, dtype)
+
+    with shared_arrays(nan_array):
+        yield
+
+
 @contextlib.contextmanager
 def barrier_audit():
     """Record the shared-memory accesses of numba kernels launched inside (simulator only)
     and find races between barriers. Yields an object with ``race`` (None or a sentence),
-    ``epochs`` (barriers per thread) and ``message()``."""
+    ``epochs`` (barriers per thread), ``message()``, ``shapes`` ({name: shape} of the
+    shared arrays the kernels declared) and ``stale`` (None or a sentence: the first read of
+    an element that no thread wrote since the barrier before the last one). Shared arrays start filled with NaN (integer arrays
+    with -1), as undefined as on a GPU: an element read before it is written shows."""
     import linecache
-
-    import numpy as np
     audit = _BarrierAudit()
 
     def shared_array(shape, dtype, frame):
@@ -135,8 +162,9 @@ def barrier_audit():
         line = linecache.getline(frame.f_code.co_filename, frame.f_lineno).strip()
         if "=" in line:
             name = line.split("=")[0].strip()
-        res = _Watched(np.zeros(shape, dtype), name, audit)
+        res = _Watched(_poisoned(shape, dtype), name, audit)
         audit.alive.append(res)     # ids stay unique while the audit runs
+        audit.shapes[name] = tuple(shape) if isinstance(shape, (tuple, list)) else (shape,)
         return res
 
     with shared_arrays(shared_array), audit.epochs.installed():

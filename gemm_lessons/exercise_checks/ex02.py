@@ -8,6 +8,7 @@ import torch
 from .. import harness
 from .guards import ExerciseError, HINTS, run_answer
 from .audits import barrier_audit
+from .refusal import no_package_calls, refuse_package_kernel
 from .products import bind_numba, ceil_div, check_product, sim_launch, small_suite
 
 
@@ -53,17 +54,53 @@ def _ref_launch02(a, b, c):
     sim_launch(_ref_k02(), (ceil_div(N, T02), ceil_div(M, T02)), (T02, T02), a, b, c)
 
 
+_ZERO_FILL = ("a missing zero fill: {stale}. Every thread that owns an element of sA or sB "
+              "writes it for every k0: A[row, k0 + tx] inside A, else 0, at sA[tx, ty] (and "
+              "the same for sB), or the product takes in whatever the tile held")
+
+
+def _tile_shapes(audit, T, BK):
+    """A sentence if the kernel's shared tiles are not sA of T x BK and sB of BK x T."""
+    got = sorted(audit.shapes.values())
+    if got == [(BK, T), (BK, T)]:
+        return None
+    return (f"my_tiled declares the shared arrays {', '.join(map(str, got)) or 'none'}: the "
+            f"exercise's K-tile is BK = T // 2 = {BK} deep and A's tile is stored transposed, "
+            f"so sA (k, m) and sB (k, n) are both BK x T = {BK} x {T} (the lesson's kernel, "
+            "with T x T tiles, is not this exercise)")
+
+
 def ex02_tile_loop(kernel, T=T02):
-    """Lesson 02, exercise 1: the body of the tile loop (loads, barriers, multiply-adds)."""
+    """Lesson 02, exercise 1: the body of the tile loop (loads, barriers, multiply-adds) of
+    a kernel whose K-tile is BK = T // 2 deep and whose A tile is stored transposed (sA[k,
+    m]). Shared memory starts as NaN, so a tile element left unwritten (a missing zero fill)
+    shows; the shared arrays must be the exercise's two BK x T tiles."""
+    refuse_package_kernel(kernel, "my_tiled")
+    BK = T // 2
+
     def run(a, b, c):
         M, N = c.shape
         sim_launch(kernel, (ceil_div(N, T), ceil_div(M, T)), (T, T), a, b, c)
 
+    err = None
     with barrier_audit() as audit:
-        report = check_product(run, "my_tiled", cases=small_suite(
-            ("square", "ragged", "M=1", "K=1", "A transposed")), audit=audit,
-            threads_per_block=T * T)
-    return str(report)
+        try:
+            report = check_product(run, "my_tiled", cases=small_suite(
+                ("square", "ragged", "M=1", "K=1", "A transposed")), audit=audit,
+                threads_per_block=T * T)
+        except ExerciseError as e:
+            err = e
+    shapes = _tile_shapes(audit, T, BK) if audit.shapes else None
+    if shapes:
+        raise ExerciseError(shapes)
+    if err is None:
+        return str(report)
+    text = str(err)
+    if (audit.stale and audit.race is None and "\nLikely cause:" in text
+            and HINTS["barrier"] not in text and HINTS["barrier_skipped"] not in text):
+        text = (text.split("\nLikely cause:")[0] + "\nLikely cause: "
+                + _ZERO_FILL.format(stale=audit.stale))
+    raise ExerciseError(text) from None
 
 
 class _LaunchRecorder:
@@ -89,9 +126,10 @@ def _dims(d):
 
 
 def ex02_launch(launcher, BM=16, BN=8):
-    """Lesson 02, exercise 2: the launcher of a correct BM x BN tiled kernel (threadIdx.x over
-    the BN columns of the tile, threadIdx.y over its BM rows): its block and its grid,
-    looked at before each launch, and the product on the shape suite."""
+    """Lesson 02, exercise 2: the launcher of a correct BM x BN tiled kernel on a 1-D grid
+    (threadIdx.x over the BN columns of the tile, threadIdx.y over its BM rows; block b
+    computes tile b // tiles_n down, b % tiles_n across): its block and its grid, looked at
+    before each launch, and the product on the shape suite."""
     def inspect(config, args):
         grid, block = _dims(config[0]), _dims(config[1])
         M, N = args[2].shape
@@ -101,85 +139,116 @@ def ex02_launch(launcher, BM=16, BN=8):
                    else f"the kernel expects blocks of BN x BM = {BN} x {BM} threads (x: "
                    "columns, y: rows)")
             raise ExerciseError(f"M={M}, N={N}: the block is {block[:2]}: {why}")
-        need = (ceil_div(N, BN), ceil_div(M, BM))
-        if grid[0] < need[0] or grid[1] < need[1]:
-            if grid[:2] == (ceil_div(M, BM), ceil_div(N, BN)):
-                why = ("x and y swapped: blockIdx.x counts tiles along the columns (N), "
-                       "blockIdx.y along the rows (M)")
-            elif grid[:2] in ((N // BN, M // BM), (max(N // BN, 1), max(M // BM, 1))):
+        tiles_m, tiles_n = ceil_div(M, BM), ceil_div(N, BN)
+        need = tiles_m * tiles_n
+        if grid[1] > 1 or grid[2] > 1:
+            raise ExerciseError(
+                f"M={M}, N={N}: the grid is {grid}: the kernel reads only blockIdx.x (a 1-D "
+                f"grid): {need} blocks along x, one per tile, {tiles_m} tiles down times "
+                f"{tiles_n} across; blocks along y would redo the same tiles")
+        if grid[0] < need:
+            if grid[0] in ((M // BM) * (N // BN), max(M // BM, 1) * max(N // BN, 1)):
                 why = "integer division rounds down: a partial tile at the edge needs a block too"
+            elif grid[0] in (tiles_m, tiles_n, tiles_m + tiles_n):
+                why = (f"one block per tile: {tiles_m} tiles down times {tiles_n} across, "
+                       "not the tiles along one side")
+            elif grid[0] == ceil_div(M, BN) * ceil_div(N, BM):
+                why = (f"TILE_M and TILE_N swapped: a tile has {BM} rows (of M) and {BN} "
+                       "columns (of N)")
             else:
-                why = (f"{need[0]} blocks along x cover the {N} columns, {need[1]} along y "
-                       f"the {M} rows")
-            raise ExerciseError(f"M={M}, N={N}: {HINTS['grid']}: {grid[:2]} blocks of {BN} x "
-                                f"{BM} threads cover {grid[0] * BN} columns and {grid[1] * BM} "
-                                f"rows: {why}")
+                why = f"{tiles_m} tiles down times {tiles_n} across, one block each"
+            raise ExerciseError(f"M={M}, N={N}: {HINTS['grid']}: {grid[0]} blocks for "
+                                f"{need} tiles: {why}")
 
-    kernel = _LaunchRecorder(_rect_tiled(BM, BN), inspect)
+    kernel = _LaunchRecorder(_rect_tiled(BM, BN, grid1d=True), inspect)
 
     def run(a, b, c):
         before = kernel.launches
         launcher(kernel, a, b, c)
         if kernel.launches == before:
-            raise ExerciseError("my_launcher did not launch the kernel (kernel[grid, block](...))")
+            raise ExerciseError("my_launcher did not launch the kernel it is given "
+                                "(kernel[grid, block](...)): the exercise is that launch, "
+                                "not another launcher's")
 
     return str(check_product(run, "my_launcher", cases=small_suite(
         ("square", "rectangular", "ragged", "M=1", "N=1"))))
 
 
 def ex02_loads(fn):
-    """Lesson 02, exercise 3: global loads per element of C, counted by the learner in a
-    trace of the launch it is given (the tiled kernel on shapes that are and are not
-    multiples of the tile, and lesson 01's coalesced kernel): a formula cannot pass."""
+    """Lesson 02, exercise 3: the global loads of A and those of B, each per element of C,
+    counted by the learner in a trace of the launch it is given (the tiled kernel on shapes
+    that are and are not multiples of the tile, and lesson 01's coalesced kernel): a
+    formula cannot pass, and neither can the lesson's total of both operands."""
     from .. import counters
     from ..kernels.k01_naive import coalesced
     launches = (("the tiled kernel (T = 16)", _ref_launch02, 32, 32, 32),
                 ("the tiled kernel (T = 16)", _ref_launch02, 16, 32, 48),
-                ("the tiled kernel (T = 16), a ragged shape", _ref_launch02, 20, 20, 24),
+                ("the tiled kernel (T = 16), a ragged shape", _ref_launch02, 20, 36, 24),
                 ("lesson 01's k01_coalesced", coalesced, 16, 16, 8))
     for what, launcher, M, N, K in launches:
-        with run_answer("global_loads_per_element"):
+        with run_answer("global_loads_per_element"), no_package_calls(
+                "global_loads_per_element", allowed=(harness.make_operands, counters.trace,
+                                                     launcher)):
             got = fn(launcher, M, N, K)
         a, b = harness.make_operands(M, N, K)
         c = torch.empty(M, N)
         with counters.trace(A=a, B=b, C=c) as t:
             launcher(a, b, c)
-        glob = sum(1 for x in t.accesses if x.space == "global" and x.op == "load")
-        want = glob / (M * N)
-        if isinstance(got, (int, float)) and math.isclose(got, want):
+        count = {(x.array, x.space, x.op): 0 for x in t.accesses}
+        for x in t.accesses:
+            count[(x.array, x.space, x.op)] += 1
+        n_a = count.get(("A", "global", "load"), 0)
+        n_b = count.get(("B", "global", "load"), 0)
+        want = (n_a / (M * N), n_b / (M * N))
+        pair = (isinstance(got, (tuple, list)) and len(got) == 2
+                and all(isinstance(v, (int, float)) for v in got))
+        if pair and all(math.isclose(g, w) for g, w in zip(got, want)):
             continue
-        shared = sum(1 for x in t.accesses if x.space == "shared" and x.op == "load")
-        stores = sum(1 for x in t.accesses if x.space == "global" and x.op == "store")
+        where = f"{what}, M={M}, N={N}, K={K}"
+        if not pair:
+            total = (n_a + n_b) / (M * N)
+            why = ("that is the loads of both operands together, lesson 02's count: return "
+                   "them apart, a pair (loads of A, loads of B)"
+                   if isinstance(got, (int, float)) and math.isclose(got, total) else
+                   "return a pair (loads of A, loads of B), each per element of C")
+            raise ExerciseError(f"{where}: global_loads_per_element returned {got!r}: {why}")
+        shared = sum(v for (arr, space, op), v in count.items()
+                     if space == "shared" and op == "load")
+        stores = sum(v for (arr, space, op), v in count.items() if op == "store")
         mistakes = [
-            ((glob + shared) / (M * N), "shared loads counted too: count only the accesses "
-             "whose space is 'global'"),
-            ((glob + stores) / (M * N), "stores counted too: count only the accesses whose op "
-             "is 'load'"),
-            (glob, "the total, not per element: divide by M * N"),
-            (2 * K / T02, f"the formula 2K / T holds for the {T02} x {T02} tiled kernel on "
-             "multiples of the tile only: count the loads the launch makes (t.accesses)"),
-            (2 * K, "the formula 2K holds for lesson 01's kernel only: count the loads the "
-             "launch makes (t.accesses)"),
+            ((want[1], want[0]), "A and B swapped: the first of the pair counts the loads of A"),
+            ((n_a, n_b), "the totals, not per element: divide each by M * N"),
+            ((K / T02, K / T02), f"the formula K / T per operand holds for the {T02} x {T02} tiled "
+             "kernel on multiples of the tile only: count the loads the launch makes "
+             "(t.accesses)"),
+            ((K, K), "the formula K per operand holds for lesson 01's kernel only: count the "
+             "loads the launch makes (t.accesses)"),
         ]
         why = next((w for v, w in mistakes
-                    if isinstance(got, (int, float)) and math.isclose(got, v)),
-                   "count the accesses with space 'global' and op 'load' of the launch, then "
-                   "divide by M * N")
+                    if all(math.isclose(g, x) for g, x in zip(got, v))), None)
+        if why is None and math.isclose(sum(got), (n_a + n_b + shared) / (M * N)):
+            why = "shared loads counted too: count only the loads of A and of B"
+        if why is None and math.isclose(sum(got), (n_a + n_b + stores) / (M * N)):
+            why = "stores counted too: count only the accesses whose op is 'load'"
         raise ExerciseError(
-            f"{what}, M={M}, N={N}, K={K}: {got!r} global loads per element of C, the trace "
-            f"counts {want:g}.\nLikely cause: {why}")
-    return ("global loads per element of C, counted: 2K / T for the tiled kernel on multiples "
-            "of the tile, more on a ragged shape; 2K for lesson 01's kernel")
+            f"{where}: {tuple(got)!r} global loads of (A, B) per element of C, the trace "
+            f"counts ({want[0]:g}, {want[1]:g}).\nLikely cause: "
+            + (why or "count the accesses to array 'A' and those to array 'B' whose op is "
+               "'load', each divided by M * N"))
+    return ("global loads of A and of B per element of C, counted: K / T each for the tiled "
+            "kernel on multiples of the tile, unequal on a ragged shape; K each for lesson 01's "
+            "kernel")
 
 
 _rect02 = {}
 
 
-def _rect_tiled(BM, BN, BK=4):
+def _rect_tiled(BM, BN, BK=4, grid1d=False):
     """A tiled kernel with a BM x BN tile of C per block of BM x BN threads: per K-tile the
     block loads the BM x BK tile of A and the BK x BN tile of B, each element once, and
-    stores 0 (loads nothing) for elements outside A or B."""
-    key = (BM, BN, BK)
+    stores 0 (loads nothing) for elements outside A or B. With ``grid1d`` its grid is 1-D:
+    block b computes tile b // tiles_n down, b % tiles_n across."""
+    key = (BM, BN, BK, grid1d)
     if key not in _rect02:
         _numba_globals()
 
@@ -191,7 +260,11 @@ def _rect_tiled(BM, BN, BK=4):
             N = B.shape[1]
             tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
             tid = ty * BN + tx
-            m0, n0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
+            if grid1d:
+                across = (N + BN - 1) // BN
+                m0, n0 = cuda.blockIdx.x // across * BM, cuda.blockIdx.x % across * BN
+            else:
+                m0, n0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
             acc = float32(0.0)
             for k0 in range(0, K, BK):
                 for e in range(tid, BM * BK, BM * BN):
@@ -236,7 +309,7 @@ def ex02_reuse(global_loads):
     cases = ((16, 16, 8, 8, 8), (24, 12, 10, 8, 4), (20, 12, 10, 8, 4), (7, 30, 5, 4, 16),
              (33, 9, 3, 16, 8))
     for M, N, K, BM, BN in cases:
-        with run_answer("global_loads"):
+        with run_answer("global_loads"), no_package_calls("global_loads"):
             got = global_loads(M, N, K, BM, BN)
         want = _measured_loads(M, N, K, BM, BN)
         if got == want:

@@ -1,14 +1,13 @@
 """The checks of lesson 05 (WMMA tensor cores): ``exercises/05_*.ipynb``."""
 from __future__ import annotations
 
-import contextlib
 import threading
 
 import torch
 
 from .. import harness
-from .._ptx_plumbing import shared_arrays
 from .guards import ExerciseError, HINTS, run_answer, shorten
+from .audits import nan_shared
 from .products import bind_numba, check_product, small_suite
 
 
@@ -197,20 +196,6 @@ def k05_helpers(BM, BN, BK):
     return _k05[key]
 
 
-@contextlib.contextmanager
-def _nan_shared():
-    """Shared arrays of the numba kernels launched inside start filled with NaN (simulator;
-    integer arrays with -1): an element a kernel reads before writing is then as undefined
-    as on a GPU, and shows in the result. One array per source line, as the simulator."""
-    import numpy as np
-
-    def nan_array(shape, dtype, frame):
-        return np.full(shape, np.nan if dtype.kind == "f" else -1, dtype)
-
-    with shared_arrays(nan_array):
-        yield
-
-
 def ex05_tiles(run, BM, BN, BK):
     """Lesson 05, exercise 4: the copy of the block's A and B tiles into padded shared
     memory, with zeros past every edge. Shared memory starts as NaN, so a tail left unwritten
@@ -220,7 +205,7 @@ def ex05_tiles(run, BM, BN, BK):
     report = []
     for case in cases:
         try:
-            with _nan_shared():
+            with nan_shared():
                 report.append(check_product(run, "my_tiles", (torch.float16,), [case]))
         except ExerciseError as e:
             text = str(e)
