@@ -6,7 +6,7 @@ import torch
 from .. import harness
 from .guards import ExerciseError, HINTS, run_answer
 from .products import ceil_div, check_product, small_suite
-from .refusal import no_package_calls, refuse_package_kernel
+from .refusal import no_package_calls, refuse_package_helpers, refuse_package_kernel
 
 
 def _grouped(pid, num_pid_m, num_pid_n, g):
@@ -98,7 +98,9 @@ def ex07_kernel(kernel):
     """Lesson 07, exercise 2: the K loop without advancing pointers, its loads masked on M, N
     and K (no wrap-around of the rows and columns past the edge)."""
     from .. import interp_poison
+    from ..kernels import k07_triton_swizzle as k07
     refuse_package_kernel(kernel, "my_kernel")
+    refuse_package_helpers(kernel, "my_kernel", allowed=(k07.grouped_pid,))
     with interp_poison.bounded_loads() as bounds:
         if bounds.active:
             for M, N, K, what in ((40, 32, 32, "rows"), (32, 40, 32, "columns"),

@@ -38,6 +38,11 @@ def no_package_calls(what, allowed=()):
             allowed_codes.add(code)
     found = []
 
+    def refused():
+        return ExerciseError(
+            f"{what} calls {found[0]}, the package's own function: the package's code is no "
+            "answer. Write the computation yourself (that is the exercise)")
+
     def profile(frame, event, arg):
         if event != "call" or found:
             return
@@ -46,6 +51,7 @@ def no_package_calls(what, allowed=()):
         if (_in_package(code) and code not in allowed_codes and caller is not None
                 and caller.f_globals.get("__name__") == "__main__"):
             found.append(_name(frame))
+            raise refused()             # stops the call at once (and unsets the profiler)
 
     old = sys.getprofile()
     sys.setprofile(profile)
@@ -53,10 +59,8 @@ def no_package_calls(what, allowed=()):
         yield
     finally:
         sys.setprofile(old)
-    if found:
-        raise ExerciseError(
-            f"{what} calls {found[0]}, the package's own function: the package's code is no "
-            "answer. Write the computation yourself (that is the exercise)")
+    if found:                           # in case the answer swallowed the exception
+        raise refused()
 
 
 def refuse_package_kernel(kernel, what):
@@ -72,3 +76,50 @@ def refuse_package_kernel(kernel, what):
             f"{what} is the package's own {getattr(fn, '__module__', '')}."
             f"{getattr(fn, '__qualname__', getattr(fn, '__name__', '?'))}: the package's code "
             "is no answer. Write the kernel yourself (that is the exercise)")
+
+
+def refuse_package_helpers(kernel, what, allowed=()):
+    """:class:`ExerciseError` if the source of ``kernel`` (a Triton or numba kernel, or a
+    function) uses a function of the package, by its name or as ``module.name`` of a
+    package module, other than those ``allowed`` (the helpers the exercise hands out). Read
+    from the function's source and globals: a kernel is not run as Python on every engine,
+    so no call can be watched."""
+    import ast
+    import textwrap
+    import types
+    fn = kernel
+    for attr in ("fn", "py_func", "__wrapped__"):
+        while hasattr(fn, attr) and getattr(fn, attr) is not fn:
+            fn = getattr(fn, attr)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return
+    glb = getattr(fn, "__globals__", {})
+    ok = {id(a) for a in allowed} | {id(inspect.unwrap(a)) for a in allowed}
+
+    def own(obj):
+        f = obj
+        for attr in ("fn", "py_func", "__wrapped__"):
+            while hasattr(f, attr) and getattr(f, attr) is not f:
+                f = getattr(f, attr)
+        c = getattr(f, "__code__", None)
+        return c is not None and _in_package(c) and id(obj) not in ok and id(f) not in ok
+
+    def package_module(obj):
+        return isinstance(obj, types.ModuleType) and obj.__name__.startswith("gemm_lessons")
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            mod = glb.get(node.value.id)
+            if package_module(mod) and own(getattr(mod, node.attr, None)):
+                raise ExerciseError(
+                    f"{what} uses {mod.__name__}.{node.attr}, the package's own: the "
+                    "package's code is no answer. Write it yourself (that is the exercise)")
+        elif isinstance(node, ast.Name) and isinstance(node.ctx, ast.Load):
+            obj = glb.get(node.id)
+            if obj is not None and obj is not kernel and not package_module(obj) and own(obj):
+                raise ExerciseError(
+                    f"{what} uses {getattr(obj, '__module__', '?')}.{node.id}, the package's "
+                    "own: the package's code is no answer. Write it yourself (that is the "
+                    "exercise)")
