@@ -7,6 +7,7 @@ import torch
 
 from .. import harness
 from .guards import ExerciseError, run_answer
+from .refusal import no_package_calls, refuse_package_kernel
 from .products import ceil_div, check_product, sim_launch, small_suite
 
 
@@ -17,10 +18,45 @@ def _ref_k01():
     return coalesced_kernel
 
 
+def _thread_map(t, c):
+    """A sentence if a thread stores C outside its block's 8 x 32 tile, or two threads the
+    same element, or an element of C is stored by none: from the trace ``t`` of a launch
+    that writes ``c`` (row-major)."""
+    N = c.shape[1]
+    owner = {}
+    for x in t.accesses:
+        if x.space != "global" or x.array != "C" or x.op != "store":
+            continue
+        r, col = divmod((x.addr - c.data_ptr()) // c.element_size(), N)
+        bx, by = x.block[0], x.block[1]
+        tid = x.warp * 32 + x.lane
+        if not (by * 8 <= r < by * 8 + 8 and bx * 32 <= col < bx * 32 + 32):
+            return (f"thread {tid} of block (x={bx}, y={by}) stores C[{r}, {col}], outside its "
+                    f"block's 8 x 32 tile (rows {by * 8}..{by * 8 + 7}, columns {bx * 32}.."
+                    f"{bx * 32 + 31}): the thread map: a block's 256 threads cover its own 8 "
+                    "rows and 32 columns, row from blockIdx.y * 8, col from blockIdx.x * 32, "
+                    "each plus a part of t = threadIdx.x")
+        if (r, col) in owner:
+            other = owner[(r, col)]
+            return (f"threads {other[2]} of block {other[:2]} and {tid} of block ({bx}, {by}) "
+                    f"both store C[{r}, {col}]: the thread map sends two threads to one "
+                    "element (and none to another): t % 32 picks one of the 32 columns, "
+                    "t // 32 one of the 8 rows")
+        owner[(r, col)] = (bx, by, tid)
+    missing = c.shape[0] * N - len(owner)
+    if missing:
+        return (f"{missing} elements of C are stored by no thread: the thread map must give "
+                "each of a block's 256 threads its own element of the 8 x 32 tile")
+    return None
+
+
 def ex01_kernel(kernel):
     """Lesson 01, exercise 1: a coalesced kernel with a 1-D block of 256 threads, each block
-    an 8 x 32 tile of C; launched with a grid that covers C."""
+    an 8 x 32 tile of C; launched with a grid that covers C (and one block more each way,
+    whose tile lies outside C). Where each thread stores is read from a trace first: a store
+    outside the thread's tile, or two threads on one element, is named as the thread map."""
     from .. import counters
+    refuse_package_kernel(kernel, "my_kernel")
 
     def run(a, b, c):
         M, N = c.shape
@@ -31,6 +67,9 @@ def ex01_kernel(kernel):
     c = torch.empty(64, 64)
     with counters.trace(A=a, B=b, C=c) as t, run_answer("my_kernel"):
         run(a, b, c)
+    wrong = _thread_map(t, c)
+    if wrong:
+        raise ExerciseError(f"my_kernel, M=64, N=64, K=8: {wrong}")
     s = t.global_summary()
     if not (s["B"]["load"] <= 4 and s["C"]["store"] <= 4):
         raise ExerciseError(
@@ -44,10 +83,34 @@ def ex01_kernel(kernel):
 
 def ex01_grid(launcher):
     """Lesson 01, exercise 2: the launcher, run with a correct kernel (independent of
-    exercise 1)."""
-    kernel = _ref_k01()
-    report = check_product(lambda a, b, c: launcher(kernel, a, b, c), "my_launcher")
+    exercise 1), which it must launch itself: a launcher that hands the work to another
+    (the package's) is refused."""
+    kernel = _LaunchCounter(_ref_k01())
+
+    def run(a, b, c):
+        before = kernel.launches
+        launcher(kernel, a, b, c)
+        if kernel.launches == before:
+            raise ExerciseError("my_launcher did not launch the kernel it is given "
+                                "(kernel[grid, block](...)): the exercise is that launch, "
+                                "not another launcher's")
+
+    report = check_product(run, "my_launcher")
     return str(report)
+
+
+class _LaunchCounter:
+    """Stands for a numba kernel and counts its launches."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.launches = 0
+
+    def __getitem__(self, config):
+        def launch(*args):
+            self.launches += 1
+            return self.kernel[config](*args)
+        return launch
 
 
 def _sectors_truth(x, row, col0, *, stride=True, elem=True, base=True, guard=True, sector=32):
@@ -105,7 +168,7 @@ def ex01_sectors(warp_sectors):
          "128-byte lines"),
     ]
     cases = _sector_cases()
-    with run_answer("warp_sectors"):
+    with run_answer("warp_sectors"), no_package_calls("warp_sectors"):
         got = [warp_sectors(x, row, col0) for _, x, row, col0 in cases]
     want = [_sectors_truth(x, row, col0) for _, x, row, col0 in cases]
     if got != want:
@@ -153,7 +216,7 @@ def ex01_traffic(traffic):
     lines = []
     for kernel, other in (("k01_coalesced", "k01_naive"), ("k01_naive", "k01_coalesced")):
         for M, N, K in ((64, 32, 8), (32, 64, 9)):
-            with run_answer("traffic"):
+            with run_answer("traffic"), no_package_calls("traffic"):
                 got = traffic(kernel, M, N, K)
             if not (isinstance(got, (tuple, list)) and len(got) == 2):
                 raise ExerciseError(f"traffic({kernel!r}, {M}, {N}, {K}) returned {got!r}: "
