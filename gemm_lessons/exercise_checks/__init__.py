@@ -43,8 +43,8 @@ from .products import check_product
 from .ex01 import ex01_kernel, ex01_grid, ex01_sectors, ex01_traffic
 from .ex02 import ex02_tile_loop, ex02_launch, ex02_loads, ex02_reuse
 from .ex03 import ex03_ways, ex03_swizzle, ex03_bank, ex03_xor_swizzle
-from .ex04 import (k04_helpers, ex04_outer, ex04_store, ex04_reg_budget, ex04_warp_owner,
-    k04_double_helpers, ex04_double)
+from .ex04 import (k04_store_strided, k04_outer_step, ex04_outer, ex04_store, ex04_reg_budget,
+    ex04_warp_owner, k04_double_helpers, ex04_double)
 from .ex05 import (ex05_warp_tile, ex05_pad, ex05_ldmatrix, k05_helpers, ex05_tiles,
     ex05_tile_work)
 from .ex06 import (ex06_pipeline, ex06_budget, ex06_multistage, ex06_swizzle, ex06_descriptor,
@@ -56,7 +56,7 @@ from .ex09 import ex09_epilogue, ex09_batch, ex09_splitk, ex09_splitk_partial
 __all__ = ["ExerciseError", "time_limit", "barrier_audit", "pipeline_audit", "check_product",
            "HINTS", "ex01_kernel", "ex01_grid", "ex01_sectors", "ex01_traffic",
            "ex02_tile_loop", "ex02_launch", "ex02_loads", "ex02_reuse", "ex03_ways",
-           "ex03_swizzle", "ex03_bank", "ex03_xor_swizzle", "k04_helpers", "ex04_outer",
+           "ex03_swizzle", "ex03_bank", "ex03_xor_swizzle", "k04_store_strided", "k04_outer_step", "ex04_outer",
            "ex04_store", "ex04_reg_budget", "ex04_warp_owner", "k04_double_helpers",
            "ex04_double", "ex05_warp_tile", "ex05_pad", "ex05_ldmatrix", "k05_helpers",
            "ex05_tiles", "ex05_tile_work", "ex06_pipeline", "ex06_budget", "ex06_multistage",

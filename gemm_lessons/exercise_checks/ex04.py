@@ -9,7 +9,8 @@ import torch
 from .. import harness
 from .guards import ExerciseError, HINTS, run_answer
 from .audits import barrier_audit, thread_epoch
-from .products import bind_numba, check_product, small_suite
+from .products import bind_numba, check_product, launched_kernels, small_suite
+from .refusal import no_package_calls, refuse_package_helpers, refuse_package_kernel
 
 
 def _numba_globals():
@@ -21,65 +22,156 @@ def _numba_globals():
 _k04 = {}
 
 
-def k04_helpers(TM, TN, TROWS, TCOLS):
-    """(outer_step, store_tile): the two halves of a thread's work in the exercises' strided
-    register tile (thread (tm, tn) owns rows tm + i * TROWS and columns tn + j * TCOLS of
-    the block tile), as device functions, so that each exercise writes one half and gets
-    the other done: ``outer_step(sA, sB, rA, rB, acc, k, tm, tn)`` adds one k's outer
-    product into ``acc``; ``store_tile(C, acc, row0, col0)`` writes the thread's tile of C,
-    ``acc[i, j]`` at ``(row0 + i * TROWS, col0 + j * TCOLS)``."""
-    key = (TM, TN, TROWS, TCOLS)
+def k04_store_strided(TM, TN, TROWS, TCOLS):
+    """Exercise 1's other half: ``store_tile(C, acc, row0, col0)`` writes a thread's tile of
+    C in the strided register tile (thread (tm, tn) owns rows tm + i * TROWS and columns
+    tn + j * TCOLS of the block tile): ``acc[i, j]`` at ``(row0 + i * TROWS, col0 + j *
+    TCOLS)``, inside C only."""
+    key = ("store", TM, TN, TROWS, TCOLS)
+    if key not in _k04:
+        _numba_globals()
+
+        @cuda.jit(device=True)
+        def store_tile(C, acc, row0, col0):
+            for i in range(TM):
+                r = row0 + i * TROWS
+                for j in range(TN):
+                    c = col0 + j * TCOLS
+                    if r < C.shape[0] and c < C.shape[1]:
+                        C[r, c] = acc[i, j]
+
+        _k04[key] = store_tile
+    return _k04[key]
+
+
+def k04_outer_step(TM, TN, TCOLS):
+    """Exercise 2's other half: ``outer_step(sA, sB, rA, rB, acc, k, tm, tn)`` adds one k's
+    outer product into ``acc`` in exercise 2's register tile: thread (tm, tn) owns rows
+    tm * TM + i (blocked) and columns tn + j * TCOLS (strided) of the block tile."""
+    key = ("outer", TM, TN, TCOLS)
     if key not in _k04:
         _numba_globals()
 
         @cuda.jit(device=True)
         def outer_step(sA, sB, rA, rB, acc, k, tm, tn):
-            for i in range(TM):
-                rA[i] = sA[tm + i * TROWS, k]
+            for i in range(TM):                 # the A fragment in registers, then column by
+                rA[i] = sA[tm * TM + i, k]      # column: one value of B times the fragment
             for j in range(TN):
-                rB[j] = sB[k, tn + j * TCOLS]
-            for i in range(TM):
-                for j in range(TN):
-                    acc[i, j] += rA[i] * rB[j]
+                b_kj = sB[k, tn + j * TCOLS]
+                for i in range(TM):
+                    acc[i, j] += rA[i] * b_kj
 
-        @cuda.jit(device=True)
-        def store_tile(C, acc, row0, col0):
-            for i in range(TM):
-                for j in range(TN):
-                    if row0 + i * TROWS < C.shape[0] and col0 + j * TCOLS < C.shape[1]:
-                        C[row0 + i * TROWS, col0 + j * TCOLS] = acc[i, j]
-
-        _k04[key] = (outer_step, store_tile)
+        _k04[key] = outer_step
     return _k04[key]
+
+
+def _kernels_of(run, what, allowed):
+    """Run ``run`` once on a small product and refuse the kernel it launches if it is the
+    package's own, or uses a helper of the package other than ``allowed``."""
+    a, b = harness.make_operands(16, 16, 4)
+    with launched_kernels() as seen, run_answer(what):
+        run(a, b, torch.empty(16, 16))
+    for k in {id(k): k for k in seen}.values():
+        refuse_package_kernel(k, what)
+        refuse_package_helpers(k, what, allowed=allowed)
 
 
 _STRIDED = ("the strided layout: acc[i, j] is row tm + i * TROWS, column tn + j * TCOLS of the "
             "block tile (rA[i] from that row of sA, rB[j] from that column of sB)")
+_ROWS_BLOCKED = ("this exercise's layout: acc[i, j] is row tm * TM + i (blocked), column "
+                 "tn + j * TCOLS (strided) of the block tile, which starts at (m0, n0) of C")
 
 
-def _layout_hint(e):
+def _layout_hint(e, layout=_STRIDED):
     text = str(e)
     if ("\nLikely cause:" in text and "never written" not in text and "inf in C" not in text
             and "barrier" not in text and "TODO" not in text):
-        text = text.split("\nLikely cause:")[0] + "\nLikely cause: " + _STRIDED
+        text = text.split("\nLikely cause:")[0] + "\nLikely cause: " + layout
     return ExerciseError(text)
 
 
-def ex04_outer(run_2d, TM, TN):
-    """Lesson 04, exercise 1: fragments and their outer product."""
+def _shared_tiles(t, BM, BN, BK):
+    """{thread of block (0, 0): (rows of sA it reads, columns of sB it reads)} from a trace
+    of a kernel whose sA is BM x BK and sB BK x BN (declared in that order)."""
+    names = sorted({x.array for x in t.accesses if x.space == "shared"},
+                   key=lambda n: int(n.rsplit(":", 1)[-1]))
+    if len(names) < 2:
+        return {}
+    sa, sb = names[0], names[1]
+    out = defaultdict(lambda: (set(), set()))
+    for x in t.accesses:
+        if x.space != "shared" or x.op != "load" or x.block[:2] != (0, 0):
+            continue
+        e = x.addr // 4
+        if x.array == sa:
+            out[x.warp * 32 + x.lane][0].add(e // BK)
+        elif x.array == sb:
+            out[x.warp * 32 + x.lane][1].add(e % BN)
+    return out
+
+
+def _swapped_fragments(run_2d, BM, BN, TM, TN):
+    """True if the kernel computes acc[i, j] += rA[j] * rB[i] (the fragments' indices
+    swapped; TM == TN): C[tm + i*TROWS, tn + j*TCOLS] is then row tm + j*TROWS of A times
+    column tn + i*TCOLS of B."""
+    if TM != TN:
+        return False
+    TROWS, TCOLS = BM // TM, BN // TN
+    a, b = harness.make_operands(BM, BN, 8)
+    c = torch.full((BM, BN), float("nan"))
+    run_2d(a, b, c)
+    want = torch.empty(BM, BN, dtype=torch.float64)
+    ad, bd = a.double(), b.double()
+    for tm in range(TROWS):
+        for tn in range(TCOLS):
+            for i in range(TM):
+                for j in range(TN):
+                    want[tm + i * TROWS, tn + j * TCOLS] = ad[tm + j * TROWS] @ bd[:, tn + i * TCOLS]
+    return bool(torch.allclose(c.double(), want, rtol=1e-4, atol=1e-4))
+
+
+def ex04_outer(run_2d, BM, BN, TM, TN):
+    """Lesson 04, exercise 1: fragments and their outer product, in the strided register
+    tile that the given ``store_tile`` writes. The kernel may call only that helper; which
+    rows of sA and columns of sB each thread reads is checked from a trace."""
     from .. import counters
+    TROWS, TCOLS = BM // TM, BN // TN
+    _kernels_of(run_2d, "my_2d", [k04_store_strided(TM, TN, TROWS, TCOLS)])
     with barrier_audit() as audit:
         try:
             report = check_product(run_2d, "my_2d", cases=small_suite(
                 ("square", "ragged", "M=1", "K=1")), audit=audit)
         except ExerciseError as e:
-            raise _layout_hint(e) from None
+            err = e
+        else:
+            err = None
     M = N = 16
     K = 8
     a, b = harness.make_operands(M, N, K)
     c = torch.empty(M, N)
-    with counters.trace(A=a, B=b, C=c) as t:
+    with counters.trace(A=a, B=b, C=c) as t, run_answer("my_2d"):
         run_2d(a, b, c)
+    for th, (rows, cols) in sorted(_shared_tiles(t, BM, BN, 4).items()):
+        tm, tn = th // TCOLS, th % TCOLS
+        want_r = {tm + i * TROWS for i in range(TM)}
+        want_c = {tn + j * TCOLS for j in range(TN)}
+        if rows != want_r or cols != want_c:
+            blocked = (rows == {tm * TM + i for i in range(TM)}
+                       or cols == {tn * TN + j for j in range(TN)})
+            raise ExerciseError(
+                f"thread {th} (tm={tm}, tn={tn}) reads rows {sorted(rows)} of sA and columns "
+                f"{sorted(cols)} of sB; its fragments are rows {sorted(want_r)} and columns "
+                f"{sorted(want_c)}: " + (
+                    "that is the blocked layout (a contiguous TM x TN tile per thread), but "
+                    "store_tile writes " if blocked else "") + _STRIDED)
+    if err is not None:
+        if "\nLikely cause:" in str(err) and _swapped_fragments(run_2d, BM, BN, TM, TN):
+            raise ExerciseError(
+                str(err).split("\nLikely cause:")[0] + "\nLikely cause: the fragments' "
+                "indices swapped: acc[i, j] += rA[i] * rB[j] (i, the row, indexes rA; j, the "
+                "column, rB), not rA[j] * rB[i], which adds each product into the transposed "
+                "place") from None
+        raise _layout_hint(err) from None
     loads = sum(1 for x in t.accesses if x.space == "shared" and x.op == "load")
     per_fma = loads / (M * N * K)
     if per_fma > (TM + TN) / (TM * TN) + 1e-9:
@@ -90,13 +182,39 @@ def ex04_outer(run_2d, TM, TN):
     return f"{report}; shared loads per multiply-add: {per_fma:.2f} (lesson 02: 2)"
 
 
-def ex04_store(run_2d_store):
-    """Lesson 04, exercise 2: the masked store of a thread's tile."""
+def ex04_store(run_2d_store, BM, BN, TM, TN):
+    """Lesson 04, exercise 2: the masked store of a thread's tile, in the register tile
+    that the given ``outer_step`` accumulates (rows blocked, columns strided). The kernel
+    may call only that helper; which elements of C each thread stores is checked from a
+    trace."""
+    from .. import counters
+    TCOLS = BN // TN
+    _kernels_of(run_2d_store, "my_2d_store", [k04_outer_step(TM, TN, TCOLS)])
     try:
-        return str(check_product(run_2d_store, "my_2d_store", cases=small_suite(
-            ("square", "ragged", "M=1", "N=1", "rectangular"))))
+        report = check_product(run_2d_store, "my_2d_store", cases=small_suite(
+            ("square", "ragged", "M=1", "N=1", "rectangular")))
     except ExerciseError as e:
-        raise _layout_hint(e) from None
+        raise _layout_hint(e, _ROWS_BLOCKED) from None
+    M, N = 2 * BM, 2 * BN
+    a, b = harness.make_operands(M, N, 4)
+    c = torch.empty(M, N)
+    with counters.trace(A=a, B=b, C=c) as t, run_answer("my_2d_store"):
+        run_2d_store(a, b, c)
+    for x in t.accesses:
+        if x.space != "global" or x.array != "C" or x.op != "store":
+            continue
+        th = x.warp * 32 + x.lane
+        tm, tn = th // TCOLS, th % TCOLS
+        r, col = divmod((x.addr - c.data_ptr()) // 4, N)
+        m0, n0 = x.block[1] * BM, x.block[0] * BN
+        rows = range(m0 + tm * TM, m0 + tm * TM + TM)
+        cols = [n0 + tn + j * TCOLS for j in range(TN)]
+        if r not in rows or col not in cols:
+            raise ExerciseError(
+                f"thread {th} (tm={tm}, tn={tn}) of block {x.block[:2]} stores C[{r}, {col}], "
+                f"not one of its elements (rows {rows.start}..{rows.stop - 1}, columns "
+                f"{cols}): " + _ROWS_BLOCKED)
+    return str(report)
 
 
 def _reg_budget_truth(threads, blocks):
@@ -120,7 +238,7 @@ def ex04_reg_budget(reg_budget):
              for b in (1, 2, 3, 4, 5, 6, 8) if -(-t // 32) * b <= 64]
     for threads, blocks in cases:
         want = _reg_budget_truth(threads, blocks)
-        with run_answer("reg_budget", seconds=5):
+        with run_answer("reg_budget", seconds=5), no_package_calls("reg_budget"):
             got = reg_budget(threads, blocks)
         if got == want:
             continue
@@ -174,15 +292,17 @@ def ex04_warp_owner(owner):
     block tile. Any map is accepted that (1) gives every element of the block tile to
     exactly one (thread, i, j), (2) gives each warp one WM x WN tile, (3) keeps
     acc[4g..4g+3, j] and acc[i, 4h..4h+3] on 4 consecutive rows / columns starting at a
-    multiple of 4 (one float4 each), and (4) lets a warp's float4 fragment loads of one k
-    run without a bank conflict."""
+    multiple of 4 (one float4 each), (4) lets a warp's float4 fragment loads of one k
+    run without a bank conflict, and (5) orders the lanes down the columns of the warp tile
+    (lane l + 1's first block 4 rows below lane l's, WM / TM lanes a column): the lesson's
+    map orders them across the rows."""
     for cfg in _WARP_CONFIGS:
         BM, BN, WM, WN, TM, TN = (cfg[x] for x in ("BM", "BN", "WM", "WN", "TM", "TN"))
         NT = (BM // WM) * (BN // WN) * 32
         where = (f"BM={BM}, BN={BN}, WM={WM}, WN={WN}, TM={TM}, TN={TN} "
                  f"({NT // 32} warps, lanes {WM // TM} x {WN // TN})")
         got = {}
-        with run_answer("owner", seconds=10):
+        with run_answer("owner", seconds=10), no_package_calls("owner"):
             for t in range(NT):
                 for i in range(TM):
                     for j in range(TN):
@@ -251,26 +371,41 @@ def ex04_warp_owner(owner):
                             f"({fewest} pass(es) would do). Neighbouring lanes must read "
                             "neighbouring float4s: a lane's blocks spaced a quarter warp tile "
                             "apart, not one contiguous TM x TN tile")
+        LM = WM // TM
+        for t in range(NT):
+            if t % 32 % LM == LM - 1:
+                continue
+            (r0, c0), (r1, c1) = got[t, 0, 0], got[t + 1, 0, 0]
+            if (r1, c1) != (r0 + 4, c0):
+                raise ExerciseError(
+                    f"{where}: lanes {t % 32} and {t % 32 + 1} of warp {t // 32} start at "
+                    f"{(r0, c0)} and {(r1, c1)}: in this exercise consecutive lanes step down "
+                    f"the rows, {LM} lanes down a column of the warp tile (lane l's first 4 x 4 "
+                    f"block at row 4 * (l % {LM}), column 4 * (l // {LM}) of the warp tile); "
+                    "lesson 04's kernel steps across the columns instead")
     return (f"owner: a one-to-one, warp-compact, float4-ready map on {len(_WARP_CONFIGS)} "
-            "configurations; every fragment load conflict-free")
+            "configurations, lanes down the columns; every fragment load conflict-free")
 
 
 _k04_double = {}
 
 
 def k04_double_helpers(BM, BN, BK, TM, TN):
-    """(load_regs, store_regs, outer_buf, GA, GB) for exercise 5's double-buffered kernel
-    (the strided register tile of exercises 1 and 2, NT = (BM/TM) x (BN/TN) threads):
+    """(load_regs, store_regs, outer_buf, store_tile, GA, GB) for exercise 5's
+    double-buffered kernel, NT = (BM/TM) x (BN/TN) threads, in a third register tile,
+    neither exercise 1's nor exercise 2's: thread (tm, tn) owns rows tm + i * TROWS
+    (strided) and columns tn * TN + j (blocked) of the block tile.
     ``load_regs(A, B, gA, gB, m0, n0, k0, t)`` brings thread t's share of the tiles at k0
     from global memory into registers gA (GA values) and gB (GB values), zeros outside A
     and B; ``store_regs(sA, sB, buf, gA, gB, t)`` puts them into shared buffer ``buf``
     (``sA[buf, m, k]``, ``sB[buf, k, n]``); ``outer_buf(sA, sB, buf, rA, rB, acc, k, tm,
-    tn)`` adds one k's outer product from buffer ``buf``."""
+    tn)`` adds one k's outer product from buffer ``buf``; ``store_tile(C, acc, m0, n0, tm,
+    tn)`` writes the thread's tile of C, inside C only."""
     key = (BM, BN, BK, TM, TN)
     if key not in _k04_double:
         _numba_globals()
-        TROWS, TCOLS = BM // TM, BN // TN
-        NT = TROWS * TCOLS
+        TROWS = BM // TM
+        NT = TROWS * (BN // TN)
         GA, GB = -(-BM * BK // NT), -(-BK * BN // NT)
 
         @cuda.jit(device=True)
@@ -302,12 +437,21 @@ def k04_double_helpers(BM, BN, BK, TM, TN):
             for i in range(TM):
                 rA[i] = sA[buf, tm + i * TROWS, k]
             for j in range(TN):
-                rB[j] = sB[buf, k, tn + j * TCOLS]
+                rB[j] = sB[buf, k, tn * TN + j]
             for i in range(TM):
                 for j in range(TN):
                     acc[i, j] += rA[i] * rB[j]
 
-        _k04_double[key] = (load_regs, store_regs, outer_buf, GA, GB)
+        @cuda.jit(device=True)
+        def store_tile(C, acc, m0, n0, tm, tn):
+            for i in range(TM):
+                r = m0 + tm + i * TROWS
+                if r < C.shape[0]:
+                    for j in range(TN):
+                        if n0 + tn * TN + j < C.shape[1]:
+                            C[r, n0 + tn * TN + j] = acc[i, j]
+
+        _k04_double[key] = (load_regs, store_regs, outer_buf, store_tile, GA, GB)
     return _k04_double[key]
 
 
@@ -363,12 +507,13 @@ def _buffer_log(audit):
     return audit
 
 
-def ex04_double(run, BM, BN, BK):
+def ex04_double(run, BM, BN, BK, TM, TN):
     """Lesson 04, exercise 5: two shared buffers and one barrier per tile. The product on
     ragged shapes; every buffer access audited (a buffer refilled while it may still be
     read, read before its barrier, read before it was filled); exactly one barrier per
     tile; and the next tile's global loads issued before this tile's multiply-adds."""
     from .. import counters
+    _kernels_of(run, "my_double", list(k04_double_helpers(BM, BN, BK, TM, TN)[:4]))
     cases = small_suite(("square", "ragged", "K=1", "M=1"))
     with barrier_audit() as audit:
         _buffer_log(audit)

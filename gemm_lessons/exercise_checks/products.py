@@ -3,6 +3,8 @@ diagnosis) and the small pieces every lesson's checks share (a launch on the sim
 smaller shape suite, late binding of numba's names)."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from .. import engines, harness
@@ -77,3 +79,24 @@ def bind_numba(namespace):
     from numba import cuda as _cuda
     namespace["cuda"] = _cuda
     namespace["float32"] = numba.float32
+
+
+@contextlib.contextmanager
+def launched_kernels():
+    """The numba kernels launched inside (simulator): yields a list that each launch
+    appends its kernel to (device functions and launches inside a kernel are not counted),
+    so that a check handed a launcher can look at the kernel it launched."""
+    from numba.cuda.simulator import kernel as simkernel
+    real = simkernel.FakeCUDAKernel.__call__
+    seen = []
+
+    def call(self, *args):
+        if not self._device and not simkernel._kernel_context:
+            seen.append(self)
+        return real(self, *args)
+
+    simkernel.FakeCUDAKernel.__call__ = call
+    try:
+        yield seen
+    finally:
+        simkernel.FakeCUDAKernel.__call__ = real
