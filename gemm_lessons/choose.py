@@ -17,14 +17,15 @@ engineer would ask:
    cuBLAS. Where both M and N are 256 or more, ``k08_triton_tma`` stages such an operand
    through a padded, aligned copy (one pass over it, small beside the product) and keeps
    its wide TMA copies; on thinner products the copy costs more than it saves.
-4. **How many tiles?** With fewer than 2048 rows, a grid of 128 x 256 tiles leaves most of
-   the 132 multiprocessors idle: split-K (lesson 08) cuts K into slices so that there are
-   programs enough. From 2048 rows on, with operands TMA can read in place, the persistent
+4. **How many tiles?** A grid of 128 x 256 tiles with fewer tiles than the GPU has
+   multiprocessors (132 on an H200) leaves some idle: split-K (lesson 08) cuts K into
+   slices so that there are programs enough. From 2048 rows on, where the tiles are at
+   least as many as the multiprocessors and TMA can read the operands in place, the
+   persistent TMA kernel (at 2048 x 1024 there are only 16 x 4 = 64 such tiles: split-K).
+5. **An epilogue?** ``gl.gemm`` with bias and activation: where split-K would be chosen,
+   lesson 09's split-K fused kernel (pointer loads: its call costs the least host time,
+   and its slices fill the GPU), else the TMA fused kernel; batched products the batched
    TMA kernel.
-5. **An epilogue?** ``gl.gemm`` with bias and activation: below 2048 rows lesson 09's
-   split-K fused kernel (pointer loads: its call costs the least host time, and its slices
-   fill the GPU), from 2048 rows on the TMA fused kernel; batched products the batched TMA
-   kernel.
 
 :func:`kernel_for` returns the name; ``gl.matmul(a, b, kernel="auto")`` and
 ``gl.gemm(..., kernel="auto")`` run it (``gl.auto_kernel`` says which). The measurements
@@ -36,11 +37,13 @@ from __future__ import annotations
 import torch
 
 from . import engines
+from .common import cdiv, sm_count
 
 __all__ = ["AUTO", "kernel_for", "tma_addressable", "wide_loads", "MANY_ROWS", "SMALL"]
 
 AUTO = "auto"
-MANY_ROWS = 2048          # from here on a plain product has tiles enough for every SM
+MANY_ROWS = 2048          # rows from which the unsplit TMA kernels may fill the GPU ...
+TILE = (128, 256)         # ... with as many of their 128 x 256 tiles as there are SMs
 SMALL = 2 ** 27           # multiply-adds below which the host's time per call dominates
 WIDE_COPY = 256           # M and N from which staging a misaligned operand pays
 
@@ -70,16 +73,17 @@ def kernel_for(a, b, *, fused=False, batched=False):
     half = a.dtype in (torch.float16, torch.bfloat16)
     hopper = eng.kind == "cuda" and tuple(eng.capability)[0] == 9
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
+    full = M >= MANY_ROWS and cdiv(M, TILE[0]) * cdiv(N, TILE[1]) >= sm_count()
     if fused:
         if batched:
             return "k09_fused_tma" if hopper and half else "k09_fused_epilogue"
         if eng.kind != "cuda":
             return "k09_fused_epilogue"
-        return "k09_fused_tma" if hopper and half and M >= MANY_ROWS else "k09_fused_splitk"
+        return "k09_fused_tma" if hopper and half and full else "k09_fused_splitk"
     if not (hopper and half) or M * N * K <= SMALL:
         return "k08_triton_splitk"
     if not (wide_loads(a) and wide_loads(b)):
         return "k08_triton_tma" if min(M, N) >= WIDE_COPY else "k08_triton_splitk"
-    if M >= MANY_ROWS and tma_addressable(a) and tma_addressable(b):
+    if full and tma_addressable(a) and tma_addressable(b):
         return "k08_triton_tma"
     return "k08_triton_splitk"

@@ -1,0 +1,82 @@
+"""kernel="auto": the rule of gemm_lessons.choose on every branch (a Hopper GPU faked: the
+rule reads only the engine, the operands and the multiprocessor count), and the API running
+the chosen kernel here."""
+import types
+
+import pytest
+import torch
+
+import gemm_lessons as gl
+from gemm_lessons import choose, harness
+
+
+def _meta(M, N, K, *, layout="row", dtype=torch.float16, misalign=False):
+    # strides and alignment are all the rule reads: tensors of the shape, on the CPU
+    a = torch.empty(M, K + (1 if misalign else 0), dtype=dtype)[:, :K] if misalign else \
+        torch.empty(M, K, dtype=dtype)
+    b = torch.empty(N, K, dtype=dtype).t() if layout == "wt" else torch.empty(K, N, dtype=dtype)
+    return a, b
+
+
+@pytest.fixture
+def hopper(monkeypatch):
+    eng = types.SimpleNamespace(kind="cuda", capability=(9, 0))
+    monkeypatch.setattr(choose.engines, "engine", lambda: eng)
+    monkeypatch.setattr(choose, "sm_count", lambda: 132)
+    return eng
+
+
+@pytest.mark.parametrize("shape, kw, plain, fused", [
+    ((16, 4096, 4096), {}, "k08_triton_splitk", "k09_fused_splitk"),        # few rows
+    ((8192, 4096, 4096), {}, "k08_triton_tma", "k09_fused_tma"),            # many tiles
+    ((2048, 1024, 8192), {}, "k08_triton_splitk", "k09_fused_splitk"),      # 64 tiles < 132
+    ((8192, 4096, 4096), {"layout": "wt"}, "k08_triton_splitk", "k09_fused_tma"),  # W.t()
+    ((602, 7719, 2910), {"misalign": True}, "k08_triton_tma", "k09_fused_splitk"),  # staged
+    ((2023, 82, 23222), {"misalign": True}, "k08_triton_splitk", "k09_fused_splitk"),  # thin
+    ((7, 150, 150), {"layout": "wt"}, "k08_triton_splitk", "k09_fused_splitk"),   # small
+])
+def test_the_rule_on_hopper(hopper, shape, kw, plain, fused):
+    a, b = _meta(*shape, **kw)
+    assert choose.kernel_for(a, b) == plain
+    assert choose.kernel_for(a, b, fused=True) == fused
+    assert choose.kernel_for(a, b, fused=True, batched=True) == "k09_fused_tma"
+
+
+def test_the_rule_below_hopper_for_fp32_and_off_a_gpu(hopper):
+    a, b = _meta(8192, 4096, 4096)
+    hopper.capability = (8, 0)
+    assert choose.kernel_for(a, b) == "k08_triton_splitk"
+    assert choose.kernel_for(a, b, fused=True) == "k09_fused_splitk"
+    assert choose.kernel_for(a, b, fused=True, batched=True) == "k09_fused_epilogue"
+    hopper.capability = (9, 0)
+    assert choose.kernel_for(*_meta(8192, 4096, 4096, dtype=torch.float32)) == \
+        "k08_triton_splitk"
+    hopper.kind = "simulator"
+    assert choose.kernel_for(a, b, fused=True) == "k09_fused_epilogue"
+
+
+def test_wide_loads_and_tma_reads():
+    W = torch.empty(64, 32, dtype=torch.float16)
+    assert choose.wide_loads(W) and choose.wide_loads(W.t())          # nn.Linear's W.t()
+    assert choose.tma_addressable(W) and not choose.tma_addressable(W.t())
+    odd = torch.empty(5, 7, dtype=torch.float16)
+    assert not choose.wide_loads(odd) and not choose.tma_addressable(odd)
+    assert not choose.wide_loads(torch.empty(65, dtype=torch.float16)[1:].view(8, 8))
+
+
+def test_auto_runs_the_chosen_kernel_here():
+    a, b = harness.make_operands(19, 11, 13, torch.float16, seed=2)
+    name = gl.auto_kernel(a, b)
+    assert name in gl.registry.names() if hasattr(gl, "registry") else name
+    out = gl.matmul(a, b, kernel="auto")
+    assert torch.equal(out, gl.matmul(a, b, kernel=name))
+    bias = torch.randn(11, dtype=torch.float16, device=a.device)
+    fused = gl.gemm(a, b, bias=bias, activation="relu", kernel="auto")
+    want = torch.relu(a.double() @ b.double() + bias.double())
+    assert torch.allclose(fused.double(), want, atol=2e-2, rtol=1e-2)
+    p = gl.prepare("auto", a, b)
+    assert p.kernel == name and torch.equal(p(), out)
+    batch = gl.gemm(torch.stack([a, a]), b, kernel="auto")       # batched: a batched kernel
+    assert torch.equal(batch[1], batch[0])
+    with pytest.raises(TypeError, match="differ in dtype"):
+        gl.matmul(a, b.float(), kernel="auto")
