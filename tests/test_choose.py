@@ -80,3 +80,17 @@ def test_auto_runs_the_chosen_kernel_here():
     assert torch.equal(batch[1], batch[0])
     with pytest.raises(TypeError, match="differ in dtype"):
         gl.matmul(a, b.float(), kernel="auto")
+
+
+def test_the_front_door_tool_draws_its_shapes_and_needs_a_gpu(tool):
+    fd = tool("front_door")
+    shapes = fd.random_shapes(30)
+    assert shapes == fd.random_shapes(30) and len(set(shapes)) == 30      # seeded
+    assert all(1 <= M <= 8192 and 64 <= N <= 28672 and 64 <= K <= 28672
+               for M, N, K, _ in shapes)
+    odd = [s for s in shapes if any(x % 8 for x in s[:3])]
+    assert len(odd) >= 10                                                 # a third at least
+    assert {lay for *_, lay in shapes} == {"row", "wt"}
+    if gl.backend() != "cuda":
+        with pytest.raises(SystemExit, match="need a CUDA GPU"):
+            fd.main(["--part", "host"])

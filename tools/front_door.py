@@ -52,9 +52,9 @@ import torch.nn.functional as F  # noqa: E402
 from gemm_lessons import harness, registry  # noqa: E402
 from gemm_lessons.__main__ import _versions  # noqa: E402
 from gemm_lessons.results import FIELDS, versions_text  # noqa: E402
-from gemm_lessons.shapes import SHAPES_LLM  # noqa: E402
+from gemm_lessons.shapes import SHAPES_LLM, shape_arg  # noqa: E402
 
-EXTRA = ["layout", "prepare_ms", "status"]
+EXTRA = ["layout", "prepare_ms", "status", "run"]
 PLAIN = ["k08_triton_splitk", "k08_triton_tma", "k08_triton_autotune", "k07_triton_swizzle",
          "auto"]
 FUSED = ["k09_fused_tma_splitk", "k09_fused_ws", "k09_fused_tma", "k09_fused_splitk", "auto"]
@@ -91,8 +91,9 @@ def operands(M, N, K, layout, seed=0, dtype=DTYPE):
 
 
 class Writer:
-    def __init__(self, path):
+    def __init__(self, path, run=""):
         self.rows = []
+        self.run = run
         self.path = path
         self.device = torch.cuda.get_device_name()
         self.versions = versions_text(_versions())
@@ -107,7 +108,7 @@ class Writer:
                "K": K, "ms": "" if ms is None else f"{ms:.6f}",
                "baseline_ms": "" if base is None else f"{base:.6f}",
                "device": self.device, "versions": self.versions, "layout": "",
-               "prepare_ms": "", "status": "ok"}
+               "prepare_ms": "", "status": "ok", "run": self.run}
         row.update({k: (f"{v:.6f}" if isinstance(v, float) else v) for k, v in extra.items()})
         self.rows.append(row)
         if self.path:
@@ -134,14 +135,25 @@ def part_host(w, size=64):
     from launch_cost import host_ms
     M = N = K = size
     ops, base = {}, {}
+    # the torch call's host time is measured again beside each kernel's (warmed up first):
+    # both see the same state of the host
     for dtype in (torch.float16, torch.float32):     # fp32: the SIMT kernels of 01-04
         x, W, b, bias = operands(M, N, K, "row", dtype=dtype)
         ops[dtype] = (x, W, b, bias)
-        with harness._fp32_ieee():
-            base[dtype] = host_ms(lambda: torch.mm(x, b))
+
+        def mm(x=x, b=b):
+            with harness._fp32_ieee():
+                for _ in range(20):
+                    torch.mm(x, b)
+                return host_ms(lambda: torch.mm(x, b))
+        base[dtype] = mm
     x, W, b, bias = ops[torch.float16]
     wt = W.t()
-    base_eager = host_ms(lambda: F.gelu(F.linear(x, W, bias)))
+
+    def base_eager():
+        for _ in range(20):
+            F.gelu(F.linear(x, W, bias))
+        return host_ms(lambda: F.gelu(F.linear(x, W, bias)))
     names = [e.name for e in registry.entries() if gl.runs_here(e.name)] + ["auto"]
     for name in names:
         entry = None if name == "auto" else registry.get(name)
@@ -149,15 +161,15 @@ def part_host(w, size=64):
         xx, _, bb, _ = ops[dtype]
         for _ in range(3):
             gl.matmul(xx, bb, name)
-        direct = host_ms(lambda: gl.matmul(xx, bb, name))
         p = gl.prepare(name, xx, bb)
-        w.add(f"{name}:host:mm", M, N, K, direct, base[dtype], prepare_ms=host_ms(p),
+        direct, prepared = host_ms(lambda: gl.matmul(xx, bb, name)), host_ms(p)
+        w.add(f"{name}:host:mm", M, N, K, direct, base[dtype](), prepare_ms=prepared,
               status=p.mode, dtype=str(dtype).replace("torch.", ""))
         if entry is None or (entry.gemm is not None and {"bias", "activation"} <= entry.features):
             call = lambda: gl.gemm(x, wt, bias=bias, activation="gelu", kernel=name)
             for _ in range(3):
                 call()
-            w.add(f"{name}:host:eager", M, N, K, host_ms(call), base_eager)
+            w.add(f"{name}:host:eager", M, N, K, host_ms(call), base_eager())
 
 
 def part_plain(w, shapes, batches, min_batch_ms, deadline):
@@ -252,6 +264,9 @@ def main(argv=None):
     ap.add_argument("--random", type=int, default=30, help="random shapes besides the suite")
     ap.add_argument("--no-suite", action="store_true", help="the random shapes only")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--shape", nargs="+", metavar="MxNxK", type=shape_arg,
+                    help="time these shapes instead of the suite and the random set")
+    ap.add_argument("--run", default="", help="a label for this run (the CSV's run column)")
     ap.add_argument("--batches", type=int, default=7)
     ap.add_argument("--min-batch-ms", type=float, default=10.0)
     ap.add_argument("--budget-s", type=float, default=480.0,
@@ -263,7 +278,9 @@ def main(argv=None):
                          "(need a CUDA GPU)")
     suite = [] if args.no_suite else list(SHAPES_LLM)
     rand = random_shapes(args.random, args.seed)
-    w = Writer(args.csv)
+    if args.shape:          # chosen shapes: each with B row-major and as W.t()
+        suite, rand = [], [(M, N, K, lay) for M, N, K in args.shape for lay in ("row", "wt")]
+    w = Writer(args.csv, args.run)
     print(f"{gl.engine()}; {len(suite)} suite shapes, {len(rand)} random", flush=True)
     if "host" in args.part:
         part_host(w)
