@@ -56,11 +56,17 @@ def keep(t):
     return t
 
 
+_RETIRED: list = []       # kept buffers their launchers replaced: still alive (see forget)
+
+
 def forget(t):
-    """``t`` is no longer kept (its launcher replaced it): plans that took its address are
-    dropped on their next call."""
+    """``t`` is no longer its launcher's buffer (it grew a larger one): plans that took its
+    address are dropped on their next call and record the new one. ``t`` itself stays
+    allocated: a CUDA graph captured with its address (``gl.prepare(..., graph=True)``)
+    may still be replayed, and must not write into memory that something else now holds."""
     if t is not None:
         _KEPT.pop(_span(t), None)
+        _RETIRED.append(t)
 
 
 # ------------------------------------------------------------------ recording
