@@ -1,5 +1,5 @@
-"""The checks of the exercises (``exercises/NN_*.ipynb``): one function per exercise, one module
-per lesson (``ex01`` ... ``ex09``), beside the shared instruments: :mod:`.guards` (the hint
+"""The checks of the exercises (``exercises/NN_*.ipynb``): one function per exercise, one
+module per lesson (``ex01`` ... ``ex09``), beside the shared instruments: :mod:`.guards` (the hint
 words, :class:`ExerciseError`, the time limit), :mod:`.audits` (the simulator's barrier and
 cp.async audits) and :mod:`.products` (:func:`check_product`). Every check is re-exported
 here, so that a notebook calls ``checks.ex06_pipeline(...)``.
@@ -45,8 +45,8 @@ from .ex02 import ex02_tile_loop, ex02_launch, ex02_loads, ex02_reuse
 from .ex03 import ex03_ways, ex03_swizzle, ex03_bank, ex03_xor_swizzle
 from .ex04 import (k04_store_strided, k04_outer_step, ex04_outer, ex04_store, ex04_reg_budget,
     ex04_warp_owner, k04_double_helpers, ex04_double)
-from .ex05 import (ex05_warp_tile, ex05_pad, ex05_ldmatrix, k05_helpers, ex05_tiles,
-    ex05_tile_work)
+from .ex05 import (ex05_warp_tile, ex05_pad, ex05_ldmatrix, k05_load_tiles, k05_mma_step,
+    ex05_tiles, ex05_tile_work)
 from .ex06 import (ex06_pipeline, ex06_budget, ex06_multistage, ex06_swizzle, ex06_descriptor,
     k06_fill_ring, k06_drain_ring, k06_add_row, ex06_ring_consumer, ex06_ring_producer)
 from .ex07 import ex07_order, ex07_kernel, ex07_wave, ex07_program_of
@@ -56,10 +56,11 @@ from .ex09 import ex09_epilogue, ex09_batch, ex09_splitk, ex09_splitk_partial
 __all__ = ["ExerciseError", "time_limit", "barrier_audit", "pipeline_audit", "check_product",
            "HINTS", "ex01_kernel", "ex01_grid", "ex01_sectors", "ex01_traffic",
            "ex02_tile_loop", "ex02_launch", "ex02_loads", "ex02_reuse", "ex03_ways",
-           "ex03_swizzle", "ex03_bank", "ex03_xor_swizzle", "k04_store_strided", "k04_outer_step", "ex04_outer",
-           "ex04_store", "ex04_reg_budget", "ex04_warp_owner", "k04_double_helpers",
-           "ex04_double", "ex05_warp_tile", "ex05_pad", "ex05_ldmatrix", "k05_helpers",
-           "ex05_tiles", "ex05_tile_work", "ex06_pipeline", "ex06_budget", "ex06_multistage",
+           "ex03_swizzle", "ex03_bank", "ex03_xor_swizzle", "k04_store_strided",
+           "k04_outer_step", "ex04_outer", "ex04_store", "ex04_reg_budget", "ex04_warp_owner",
+           "k04_double_helpers", "ex04_double", "ex05_warp_tile", "ex05_pad", "ex05_ldmatrix",
+           "k05_load_tiles", "k05_mma_step", "ex05_tiles", "ex05_tile_work", "ex06_pipeline",
+           "ex06_budget", "ex06_multistage",
            "ex06_swizzle", "ex06_descriptor", "k06_fill_ring", "k06_drain_ring", "k06_add_row",
            "ex06_ring_consumer", "ex06_ring_producer", "ex07_order", "ex07_kernel",
            "ex07_wave", "ex07_program_of", "ex08_tuned", "ex08_grid", "ex08_prune", "ex08_tma",

@@ -69,8 +69,12 @@ def _kernels_of(run, what, allowed):
     """Run ``run`` once on a small product and refuse the kernel it launches if it is the
     package's own, or uses a helper of the package other than ``allowed``."""
     a, b = harness.make_operands(16, 16, 4)
-    with launched_kernels() as seen, run_answer(what):
-        run(a, b, torch.empty(16, 16))
+    with launched_kernels() as seen:
+        try:
+            with run_answer(what):
+                run(a, b, torch.empty(16, 16))
+        except ExerciseError:
+            pass                            # the product check names what went wrong
     for k in {id(k): k for k in seen}.values():
         refuse_package_kernel(k, what)
         refuse_package_helpers(k, what, allowed=allowed)

@@ -1,14 +1,17 @@
 """The checks of lesson 05 (WMMA tensor cores): ``exercises/05_*.ipynb``."""
 from __future__ import annotations
 
+import contextlib
 import threading
+from collections import defaultdict
 
 import torch
 
 from .. import harness
 from .guards import ExerciseError, HINTS, run_answer, shorten
 from .audits import nan_shared
-from .products import bind_numba, check_product, small_suite
+from .products import bind_numba, check_product, launched_kernels, small_suite
+from .refusal import no_package_calls, refuse_package_helpers, refuse_package_kernel
 
 
 def _numba_globals():
@@ -17,27 +20,81 @@ def _numba_globals():
     bind_numba(globals())
 
 
-def ex05_warp_tile(run, FM, FN):
-    """Lesson 05, exercise 1: the warp's tensor-core step."""
+_WARP_TILE = ("the fragment offsets and layouts of this exercise's transposed tiles: sA holds "
+              "A's tile k-major (sA[k, m]) and sB B's tile n-major (sB[n, k]), so fragment i "
+              "of A starts at row kk, column i * 16 of sA and fragment j of B at row j * 16, "
+              "column kk of sB; both are read as \"col\" (the transpose of what memory "
+              "holds), in the loads and in the product; acc[i, j] pairs rA[i] with rB[j]")
+
+
+@contextlib.contextmanager
+def _layouts():
+    """{("a" | "b" | "mma", layout...)}: the layouts the WMMA calls inside were given."""
     from .. import ptx
+    seen, lock = set(), threading.Lock()
+    real = {n: getattr(ptx, n) for n in ("wmma_load_a", "wmma_load_b", "wmma_mma")}
+
+    def load(name):
+        def f(frag, arr, idx, ld, layout):
+            with lock:
+                seen.add((name, layout))
+            return real[name](frag, arr, idx, ld, layout)
+        return f
+
+    def mma(acc, a, b, la, lb):
+        with lock:
+            seen.add(("wmma_mma", la, lb))
+        return real["wmma_mma"](acc, a, b, la, lb)
+
+    ptx.wmma_load_a, ptx.wmma_load_b, ptx.wmma_mma = load("wmma_load_a"), load("wmma_load_b"), mma
     try:
-        report = check_product(run, "my_wmma", (torch.float16,), cases=small_suite(
-            ("square", "ragged", "M=1", "K=1", "A transposed")))
+        yield seen
+    finally:
+        for n, f in real.items():
+            setattr(ptx, n, f)
+
+
+def _kernels_of(run, what, allowed, dtype=torch.float16):
+    """Run ``run`` once on a small product; refuse the kernel it launches if it is the
+    package's own or uses a helper of the package other than ``allowed``."""
+    from .. import ptx
+    a, b = harness.make_operands(32, 32, 16, dtype)
+    with launched_kernels() as seen, nan_shared():
+        try:
+            with run_answer(what):
+                run(a, b, torch.empty(32, 32, dtype=dtype))
+        except ExerciseError:
+            pass                            # the product check names what went wrong
+    allowed = list(allowed) + [ptx.wmma_load_a, ptx.wmma_load_b, ptx.wmma_mma,
+                               ptx.wmma_store_d]
+    for k in {id(k): k for k in seen}.values():
+        refuse_package_kernel(k, what)
+        refuse_package_helpers(k, what, allowed=allowed)
+
+
+def ex05_warp_tile(run, BM, BN, BK):
+    """Lesson 05, exercise 1: the warp's tensor-core step on transposed tiles (sA[k, m],
+    sB[n, k]), which the given ``load_tiles`` fills; shared memory starts as NaN. The
+    layouts each WMMA call names are recorded; the kernel may call only that helper."""
+    from .. import ptx
+    FM, FN = BM // 16, BN // 16
+    _kernels_of(run, "my_wmma", [k05_load_tiles(BM, BN, BK)])
+    try:
+        with _layouts() as used, nan_shared():
+            report = check_product(run, "my_wmma", (torch.float16,), cases=small_suite(
+                ("square", "ragged", "M=1", "K=1", "A transposed")))
     except ExerciseError as e:
         text = str(e)
+        wrong = sorted(str(u) for u in used if "row" in u)
         if "\nLikely cause:" in text and "TODO" not in text and HINTS["zero"] not in text:
-            text = text.split("\nLikely cause:")[0] + (
-                "\nLikely cause: the fragment offsets: fragment i of A starts at row i * 16, "
-                "column kk of sA; fragment j of B at row kk, column j * 16 of sB; the product "
-                "(i, j) pairs rA[i] with rB[j] into acc[i, j]. Or a layout: sA and sB are "
-                "row-major, so every load and the product name \"row\" (a \"col\" multiplies "
-                "by the transposed tile)")
+            text = text.split("\nLikely cause:")[0] + "\nLikely cause: " + (
+                f"a layout: {', '.join(wrong)} reads a tile as memory holds it, but these "
+                "tiles are stored transposed; " if wrong else "") + _WARP_TILE
         elif "wmma_load" in text and "is outside the shared array" in text:
             which = "wmma_load_a" if "wmma_load_a" in text else "wmma_load_b"
             text = (f"my_wmma: {which} reads a 16x16 tile that starts outside sA or sB "
-                    f"({shorten(text.split('IndexError: ')[-1], 200)}): the fragment offsets: "
-                    "fragment i of A starts at row i * 16, column kk of sA; fragment j of B "
-                    "at row kk, column j * 16 of sB")
+                    f"({shorten(text.split('IndexError: ')[-1].split('): ')[0], 200)}): "
+                    + _WARP_TILE)
         raise ExerciseError(text) from None
     calls, lock, real = [0], threading.Lock(), ptx.wmma_mma
 
@@ -49,7 +106,8 @@ def ex05_warp_tile(run, FM, FN):
     ptx.wmma_mma = counted
     try:
         a, b = harness.make_operands(32, 32, 32, torch.float16)
-        run(a, b, torch.empty(32, 32, dtype=torch.float16))
+        with nan_shared():
+            run(a, b, torch.empty(32, 32, dtype=torch.float16))
     finally:
         ptx.wmma_mma = real
     want = 32 * 2 * FM * FN
@@ -77,8 +135,19 @@ def ex05_pad(smallest_pad):
         for row in (8, 16, 24, 32, 40, 48, 64, 96, 128):
             want = next(p for p in range(0, 33 * step, step)
                         if _ldmatrix_ways((row + p) * elem) == 1)
-            with run_answer("smallest_pad", seconds=3):
-                got = smallest_pad(row, elem)
+            try:
+                with run_answer("smallest_pad", seconds=3), no_package_calls("smallest_pad"):
+                    got = smallest_pad(row, elem)
+            except ExerciseError as e:
+                if HINTS["timeout"] not in str(e):
+                    raise
+                raise ExerciseError(
+                    f"smallest_pad({row}, {elem}) never returned (no pad it tried made rows of "
+                    f"{elem}-byte elements conflict-free): the step between the paddings it "
+                    f"tries. Rows stay 16-byte aligned with pads of 16 // elem_bytes = {step} "
+                    f"elements; a step of more bytes than 16 (8 elements of {elem} bytes are "
+                    f"{8 * elem}) keeps every row start on the same few banks, and the loop "
+                    "runs for ever") from None
             answers.add(want)
             if got != want:
                 more = ""
@@ -112,7 +181,7 @@ def ex05_ldmatrix(ldmatrix_address):
     j; lane l receives row l // 4, halves 2(l % 4) and 2(l % 4) + 1 of each matrix)."""
     addr = []
     for lane in range(32):
-        with run_answer("ldmatrix_address", seconds=5):
+        with run_answer("ldmatrix_address", seconds=5), no_package_calls("ldmatrix_address"):
             rc = ldmatrix_address(lane)
         if (not isinstance(rc, tuple) or len(rc) != 2
                 or not all(isinstance(v, int) and not isinstance(v, bool) for v in rc)):
@@ -158,49 +227,64 @@ def ex05_ldmatrix(ldmatrix_address):
 _k05 = {}
 
 
-def k05_helpers(BM, BN, BK):
-    """(load_tiles, mma_step): the two halves of a k-step of the exercises' one-warp WMMA
-    kernel, as device functions, so that each exercise writes one half and gets the other
-    done. ``load_tiles(A, B, sA, sB, bm, bn, k0, lane)`` copies the BM x BK tile of A at
-    (bm, k0) and the BK x BN tile of B at (k0, bn) into shared memory, zeros outside A and
-    B; ``mma_step(sA, sB, rA, rB, acc, kk, LDA, LDB)`` adds the 16-deep slice kk of the
-    tiles' product into the FM x FN accumulator fragments."""
-    key = (BM, BN, BK)
+def k05_load_tiles(BM, BN, BK):
+    """Exercise 1's other half: ``load_tiles(A, B, sA, sB, bm, bn, k0, lane)`` copies the
+    BM x BK tile of A at (bm, k0) into ``sA`` transposed (``sA[k, m]``) and the BK x BN
+    tile of B at (k0, bn) into ``sB`` transposed (``sB[n, k]``), zeros outside A and B."""
+    key = ("load", BM, BN, BK)
+    if key not in _k05:
+        _numba_globals()
+
+        @cuda.jit(device=True)
+        def load_tiles(A, B, sA, sB, bm, bn, k0, lane):
+            M, K = A.shape
+            N = B.shape[1]
+            for e in range(lane, BM * BK, 32):      # k-major: A's column k0 + kk is row kk
+                kk, m = e // BM, e % BM
+                inside = bm + m < M and k0 + kk < K
+                sA[kk, m] = A[bm + m, k0 + kk] if inside else 0
+            for e in range(lane, BK * BN, 32):      # n-major: B's column bn + n is row n
+                n, kk = e // BK, e % BK
+                inside = k0 + kk < K and bn + n < N
+                sB[n, kk] = B[k0 + kk, bn + n] if inside else 0
+
+        _k05[key] = load_tiles
+    return _k05[key]
+
+
+def k05_mma_step(BM, BN, BK):
+    """Exercise 4's other half: ``mma_step(sA, sB, rA, rB, acc, kk, LDA, LDB)`` adds the
+    16-deep slice kk of the tiles' product into the FM x FN accumulator fragments, for
+    row-major tiles (``sA[m, k]``, ``sB[k, n]``), as lesson 05's kernel does."""
+    key = ("mma", BM, BN, BK)
     if key not in _k05:
         _numba_globals()
         from .. import ptx as _ptx
         FM, FN = BM // 16, BN // 16
 
         @cuda.jit(device=True)
-        def load_tiles(A, B, sA, sB, bm, bn, k0, lane):
-            M, K = A.shape
-            N = B.shape[1]
-            for e in range(lane, BM * BK, 32):
-                r, c = e // BK, e % BK
-                sA[r, c] = A[bm + r, k0 + c] if bm + r < M and k0 + c < K else 0
-            for e in range(lane, BK * BN, 32):
-                r, c = e // BN, e % BN
-                sB[r, c] = B[k0 + r, bn + c] if k0 + r < K and bn + c < N else 0
-
-        @cuda.jit(device=True)
         def mma_step(sA, sB, rA, rB, acc, kk, LDA, LDB):
             for i in range(FM):
-                _ptx.wmma_load_a(rA[i], sA, (i * 16, kk), LDA, "row")
+                top = i * 16                        # fragment i: rows top.. of sA
+                _ptx.wmma_load_a(rA[i], sA, (top, kk), LDA, "row")
             for j in range(FN):
-                _ptx.wmma_load_b(rB[j], sB, (kk, j * 16), LDB, "row")
+                left = j * 16                       # fragment j: columns left.. of sB
+                _ptx.wmma_load_b(rB[j], sB, (kk, left), LDB, "row")
             for i in range(FM):
                 for j in range(FN):
                     _ptx.wmma_mma(acc[i, j], rA[i], rB[j], "row", "row")
 
-        _k05[key] = (load_tiles, mma_step)
+        _k05[key] = mma_step
     return _k05[key]
 
 
 def ex05_tiles(run, BM, BN, BK):
     """Lesson 05, exercise 4: the copy of the block's A and B tiles into padded shared
-    memory, with zeros past every edge. Shared memory starts as NaN, so a tail left unwritten
+    memory, a 32-bit word (two halves) per lane and step, with zeros past every edge; the
+    kernel may call only the given ``mma_step``. Shared memory starts as NaN, so a tail left unwritten
     shows; the copy must split the tile among the 32 lanes (each element copied once)."""
     from .. import counters
+    _kernels_of(run, "my_tiles", [k05_mma_step(BM, BN, BK)])
     cases = small_suite(("square", "ragged", "K=1", "M=1", "A transposed"))
     report = []
     for case in cases:
@@ -215,7 +299,8 @@ def ex05_tiles(run, BM, BN, BK):
             if case.name == "square":
                 cause = ("the copy itself (no edge in this shape): element (r, c) of A's tile "
                          "is A[bm + r, k0 + c], stored at sA[r, c]; the tile is BK wide "
-                         "(LDA only spaces its rows) and B's is BN wide")
+                         "(LDA only spaces its rows) and B's is BN wide; word w of a tile holds "
+                         "its halves 2w and 2w + 1, numbered row by row")
             elif "still NaN" in text:         # read from shared memory never written
                 cause = ("a missing zero fill: some elements of a tile past the edge of A or B "
                          "are never written, and the tensor core multiplies what shared memory "
@@ -236,17 +321,49 @@ def ex05_tiles(run, BM, BN, BK):
         raise ExerciseError(
             f"{stores} stores into shared memory for two k-steps of one block, where the two "
             f"tiles hold {want}: lanes copy the same elements. Split the work: lane l copies "
-            "elements l, l + 32, l + 64... of each tile")
+            "words l, l + 32, l + 64... of each tile, two halves each")
+    words = defaultdict(list)               # (block, lane, array) -> halves stored, in order
+    for x in t.accesses:
+        if x.space == "shared" and x.op == "store" and x.array.endswith(
+                tuple(f":{n}" for n in _sa_sb_lines(t))):
+            words[(x.block, x.lane, x.array)].append(x.addr // x.nbytes)
+    for (blk, lane, arr), elems in sorted(words.items()):
+        pairs = [elems[k:k + 2] for k in range(0, len(elems), 2)]
+        bad = next((p for p in pairs if len(p) != 2 or p[1] != p[0] + 1 or p[0] % 2), None)
+        if bad is not None:
+            raise ExerciseError(
+                f"lane {lane} stores the halves {elems[:6]}... of a tile: a lane copies a "
+                "32-bit word per step, the two halves 2w and 2w + 1 of word w (w = lane, "
+                "lane + 32, ...), one after the other")
     return (f"{report[0].kernel}: correct on {len(report)} shapes (float16), shared memory "
             "starting as NaN; each element of a tile copied once per k-step")
 
 
+def _sa_sb_lines(t):
+    """The source lines of the first two shared arrays the traced kernel declared (sA, sB)."""
+    lines = sorted({int(x.array.rsplit(":", 1)[-1]) for x in t.accesses if x.space == "shared"})
+    return lines[:2]
+
+
 def _tile_work(BM, BN, BK, WM, WN):
-    warps = (BM // WM) * (BN // WN)
-    FM, FN, steps = WM // 16, WN // 16, BK // 16
-    loads = (FM + FN) * steps
-    return dict(warps=warps, loads=loads, mmas=FM * FN * steps,
-                smem_bytes=warps * loads * 16 * 16 * 2)
+    """The work of one block and one BK step, counted by walking the loops of a warp-tiled
+    WMMA kernel: every warp, every 16-deep slice, every fragment it loads and product it
+    takes."""
+    per_warp = defaultdict(lambda: {"loads": 0, "mmas": 0})
+    bytes_read = 0
+    for wm0 in range(0, BM, WM):
+        for wn0 in range(0, BN, WN):
+            w = per_warp[(wm0, wn0)]
+            for _ in range(0, BK, 16):
+                frags_a = list(range(wm0, wm0 + WM, 16))
+                frags_b = list(range(wn0, wn0 + WN, 16))
+                for _frag in frags_a + frags_b:
+                    w["loads"] += 1
+                    bytes_read += 16 * 16 * 2
+                w["mmas"] += len(frags_a) * len(frags_b)
+    one = next(iter(per_warp.values()))
+    return {"warps": len(per_warp), "loads": one["loads"], "mmas": one["mmas"],
+            "smem_bytes": bytes_read}
 
 
 def ex05_tile_work(tile_work):
@@ -269,7 +386,7 @@ def ex05_tile_work(tile_work):
     }
     for cfg in configs:
         want = _tile_work(*cfg)
-        with run_answer("tile_work", seconds=5):
+        with run_answer("tile_work", seconds=5), no_package_calls("tile_work"):
             got = tile_work(*cfg)
         if not isinstance(got, dict) or set(got) != set(want):
             raise ExerciseError(f"tile_work{cfg} = {got!r}: return a dict with the keys "
