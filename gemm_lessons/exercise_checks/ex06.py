@@ -14,6 +14,7 @@ from .._ptx_plumbing import RecordedArray, WatchedArray, shared_arrays
 from .guards import ExerciseError, HINTS, run_answer
 from .audits import pipeline_audit, thread_epoch
 from .products import bind_numba, ceil_div, check_product, small_suite
+from .refusal import no_package_calls, refuse_package_helpers, refuse_package_kernel
 
 
 def _numba_globals():
@@ -32,38 +33,155 @@ def _landing_modes():
     return modes
 
 
+class _StepLog:
+    """Beside :func:`pipeline_audit`, each thread's program order: a read with no barrier
+    since the thread's wait, a copy with no barrier since its last read (a refill while
+    others may read), a read of the stage its newest copy is filling (the stage index: no
+    wait could have landed a copy issued after it), a wait with no copy issued since the last
+    one; and the most groups with copies in flight at a wait. These name the cause where the
+    audit's races, seen from another thread, could name the other barrier."""
+
+    def __init__(self, audit):
+        self.audit = audit
+        self.at_wait = 0
+        self.problem = None
+        self.threads = {}
+
+    def _me(self):
+        blk, tid, ep = thread_epoch()
+        st = self.threads.setdefault((blk, tid), {"commits": 0, "waits": 0, "wait_ep": None,
+                                                  "read_ep": None})
+        return blk, tid, ep, st
+
+    def _flag(self, text):
+        if self.problem is None:
+            self.problem = text
+            self.audit.problem = text       # the cause, over a race seen from elsewhere
+
+    def issue(self):
+        _, tid, ep, st = self._me()
+        if st["read_ep"] is not None and ep == st["read_ep"]:
+            self._flag(f"{HINTS['barrier']} before the next issue: thread {tid} starts a copy "
+                       "with no barrier since it last computed, so it refills a buffer that "
+                       "other threads may still be reading (a barrier after compute)")
+
+    def commit(self):
+        self._me()[3]["commits"] += 1
+
+    def wait(self):
+        _, tid, ep, st = self._me()
+        gs = self.audit._state()["groups"]
+        self.at_wait = max(self.at_wait, sum(1 for g in gs if g))
+        st["waits"] += 1
+        st["wait_ep"] = ep
+        if st["commits"] <= st["waits"]:
+            self._flag(f"no copy is issued before the wait of a step (thread {tid}): here the "
+                       "step starts the next tile's copy first, issue(t + 1) first (then "
+                       "issue(t + STAGES - 1) first with STAGES stages), before its wait")
+
+    def read(self, arr, idx):
+        blk, tid, ep, st = self._me()
+        if st["wait_ep"] is not None and ep == st["wait_ep"]:
+            self._flag(f"{HINTS['barrier']} between the wait and the read: thread {tid} reads "
+                       "a stage with no barrier since its wait (each thread waits only for its "
+                       "own copies; cuda.syncthreads() makes everyone's visible)")
+        st["wait_ep"] = None
+        st["read_ep"] = ep
+        stage = int(idx[0])
+        sts = self.audit._state()
+        newest = {id(r) for r in (sts["groups"][-1] if sts["groups"] else [])}
+        newest |= {id(r) for r in sts["pending"]}
+        recs = list(self.audit.chunks.get((blk, id(arr), stage), {}).values())
+        if st["commits"] >= 2 and any(r["thread"] == tid and r["landed"] is None
+                                      and id(r) in newest for r in recs):
+            self._flag(f"the stage index: thread {tid} computes on stage {stage}, which the "
+                       "copy it issued last (the next tile's) is still filling: step t "
+                       "computes on tile t's stage, t % STAGES")
+
+
+@contextlib.contextmanager
+def _step_log(audit):
+    log = _StepLog(audit)
+    real = {n: getattr(audit, n) for n in ("read", "wait", "issue", "commit")}
+
+    def read(arr, idx):
+        log.read(arr, idx)
+        real["read"](arr, idx)
+
+    def wait(n):
+        log.wait()
+        real["wait"](n)
+
+    def issue(dst, di):
+        log.issue()
+        real["issue"](dst, di)
+
+    def commit():
+        log.commit()
+        real["commit"]()
+
+    audit.read, audit.wait, audit.issue, audit.commit = read, wait, issue, commit
+    try:
+        yield log
+    finally:
+        for n, f in real.items():
+            setattr(audit, n, f)
+
+
 def ex06_pipeline(run, k_tiles_of_long=7):
-    """Lesson 06, exercise 1: the double-buffered loop. Correct results under every landing
-    mode, no race found by the audit, and copies in flight while the tensor cores compute."""
+    """Lesson 06, exercise 1: the double-buffered loop that issues the next tile first, at
+    the top of the step. Correct results under every landing mode, no race found by the
+    audit, copies in flight while the tensor cores compute, and two tiles in flight at the
+    wait."""
     from .. import ptx
     long_k = harness.Case("long K", 24, 40, 100,
                           hint="the pipeline over 7 tiles: is every tile waited for?")
     cases = small_suite(("square", "ragged", "K=1")) + [long_k]
     report = None
-    overlapped = reads = 0
+    overlapped = reads = at_wait = 0
+
+    def own_run(a, b, c):
+        with no_package_calls("run", allowed=(engines.as_numba,)):
+            run(a, b, c)
+
     for mode in _landing_modes():
         ctx = (ptx.cp_async_landing(mode[0], seed=mode[1]) if mode else contextlib.nullcontext())
-        with ctx, pipeline_audit() as audit:
-            report = check_product(run, "my_pipeline", (torch.float16,), cases, audit=audit)
+        with ctx, pipeline_audit() as audit, _step_log(audit) as log:
+            report = check_product(own_run, "my_pipeline", (torch.float16,), cases,
+                                   audit=audit)
         overlapped += audit.reads_overlapped
         reads += audit.reads
+        at_wait = max(at_wait, log.at_wait)
+    if not reads:
+        raise ExerciseError("no tensor-core read of a stage was seen: run launches my_pipeline, "
+                            "whose compute(s) reads the stages")
     if reads and overlapped == 0:
         raise ExerciseError(
             f"{HINTS['overlap']}: every tensor-core read happened with no copy of this thread "
-            "pending. The loop is serial: start the copy of tile t + 1 (issue) before "
-            "compute(t), so that it runs while the tensor cores work")
-    return f"{report}; a copy in flight during compute, no race found"
+            "pending. The loop is serial: the copy of tile t + 1 must still be in flight while "
+            "compute(t) runs (a wait that leaves no group pending lands it too)")
+    if reads and at_wait < 2:
+        raise ExerciseError(
+            "the copy of tile t + 1 is issued after the wait for tile t: here it starts first, "
+            "at the top of the step (issue(t + 1) first), so that two tiles are in flight at "
+            f"the wait (at most {at_wait} here) and the wait lands only tile t")
+    return f"{report}; the next tile issued first, in flight during compute, no race found"
 
 
-def _pipeline_smem(BM, BN, BK, stages, pad):
-    return stages * (BM * (BK + pad) + BK * (BN + pad)) * 2
+def _stage_tiles(BM, BN, BK, pad):
+    """(rows, padded row length) of the two fp16 tiles of one stage: A's, then B's."""
+    return ((BM, BK + pad), (BK, BN + pad))
+
+
+def _budget(BM, BN, BK, stages, pad):
+    return sum(rows * length * 2 for rows, length in _stage_tiles(BM, BN, BK, pad)) * stages
 
 
 def _budget_cause(pipeline_smem, BM, BN, BK):
     """What a wrong pipeline_smem gets wrong, from how it answers a few probes (the formula
     itself is not given away)."""
     def f(stages, pad):
-        with run_answer("pipeline_smem", seconds=10):
+        with run_answer("pipeline_smem", seconds=10), no_package_calls("pipeline_smem"):
             return pipeline_smem(BM, BN, BK, stages, pad=pad)
     one, two = f(1, 0), f(2, 0)
     if two != 2 * one:
@@ -91,8 +209,9 @@ def ex06_budget(pipeline_smem, max_stages):
     for BM, BN, BK in ((128, 256, 32), (128, 128, 64), (64, 64, 32)):
         for stages in (1, 2, 4):
             for pad in (0, 8):
-                want = _pipeline_smem(BM, BN, BK, stages, pad)
-                with run_answer("pipeline_smem", seconds=10):
+                want = _budget(BM, BN, BK, stages, pad)
+                with run_answer("pipeline_smem", seconds=10), \
+                        no_package_calls("pipeline_smem"):
                     got = pipeline_smem(BM, BN, BK, stages, pad=pad)
                 if got != want:
                     raise ExerciseError(f"pipeline_smem({BM}, {BN}, {BK}, {stages}, pad={pad}) = "
@@ -100,8 +219,8 @@ def ex06_budget(pipeline_smem, max_stages):
                                         + _budget_cause(pipeline_smem, BM, BN, BK))
     for BM, BN, BK, limit in ((128, 256, 32, 227 * 1024), (128, 128, 32, 48 * 1024),
                               (64, 64, 64, 100 * 1024), (256, 128, 64, 227 * 1024)):
-        want = limit // _pipeline_smem(BM, BN, BK, 1, 8)
-        with run_answer("max_stages", seconds=10):
+        want = limit // _budget(BM, BN, BK, 1, 8)
+        with run_answer("max_stages", seconds=10), no_package_calls("max_stages"):
             got = max_stages(BM, BN, BK, limit=limit)
         if got != want:
             raise ExerciseError(f"max_stages({BM}, {BN}, {BK}, limit={limit}) = {got!r}, "
@@ -241,12 +360,14 @@ def ex06_multistage(make_multistage):
     for stages, seeds in ((3, (None, 1)), (4, (2, 3))):
         with run_answer(f"make_multistage({stages})", seconds=20):
             kernel = make_multistage(stages)
-        depth = 0
+        refuse_package_kernel(kernel, f"make_multistage({stages})")
+        depth = at_wait = 0
         for seed in seeds:
             for case in cases:
                 ctx = (ptx.cp_async_landing("random", seed=seed) if seed is not None
                        and hasattr(ptx, "cp_async_landing") else contextlib.nullcontext())
-                with ctx, pipeline_audit() as audit, _tile_log(audit, BM, BK) as log:
+                with ctx, pipeline_audit() as audit, _tile_log(audit, BM, BK) as log, \
+                        _step_log(audit) as steps:
                     try:
                         check_product(lambda a, b, c: _ms_launch(kernel, a, b, c),
                                       f"make_multistage({stages})", (torch.float16,), [case],
@@ -261,6 +382,7 @@ def ex06_multistage(make_multistage):
                     raise err
                 if case is long_k:
                     depth = max(depth, log.depth)
+                    at_wait = max(at_wait, steps.at_wait)
         if depth != stages - 1:
             raise ExerciseError(
                 f"make_multistage({stages}) is right, but {HINTS['wait'].split(':')[0]} or the "
@@ -268,6 +390,12 @@ def ex06_multistage(make_multistage):
                 "tensor cores compute, where "
                 f"{stages} stages keep {stages - 1} in flight (the wait should leave every tile "
                 "after t in flight, and the next tile is issued before compute)")
+        if at_wait < stages:
+            raise ExerciseError(
+                f"make_multistage({stages}): the copy of tile t + STAGES - 1 is issued after the "
+                f"wait for tile t: here it starts first, at the top of the step (issue(t + "
+                f"STAGES - 1) first), so that {stages} tiles are in flight at the wait (at most "
+                f"{at_wait} here) and the wait lands only tile t")
     return (f"make_multistage: correct with 3 and 4 stages on {len(cases)} shapes (float16); "
             "each tile copied once and read from its stage, STAGES - 1 tiles in flight, no race "
             "found")
@@ -290,7 +418,7 @@ def ex06_swizzle(swizzled_byte):
                for c in range(cols)]
     samples += [(rng.randrange(rows), rng.randrange(cols), rows) for rows, cols in shapes
                 for _ in range(400)]
-    with run_answer("swizzled_byte", seconds=20):
+    with run_answer("swizzled_byte", seconds=20), no_package_calls("swizzled_byte"):
         got = {s: swizzled_byte(*s) for s in samples}
     for s, off in got.items():
         if not isinstance(off, int) and not (hasattr(off, "__index__")):
@@ -335,85 +463,79 @@ def ex06_swizzle(swizzled_byte):
                         "row r is stored at chunk c XOR (r % 8) (an XOR, not a rotation)")
 
 
-# Exercise 5: a wgmma matrix descriptor (128-byte swizzle), and the one of a B tile laid out
-# as in exercise 4.
-_DESC_FIELDS = (("bits 0-13 (the start address)", 0),
-                ("bits 16-29 (the leading byte offset, LBO)", 16),
-                ("bits 32-45 (the stride byte offset, SBO)", 32))
+# Exercise 5: reading a wgmma matrix descriptor: its fields in bytes, and the B tile (laid
+# out as in exercise 4) that it describes. The check builds the descriptors from known
+# fields, with the bits this exercise does not read set at random.
+_SWIZZLE_MODE = {128: 1, 64: 2, 32: 3, 0: 0}        # bits 62-63
 
 
-def _desc_fields(d):
-    return [(d >> shift) & 0x3FFF for _, shift in _DESC_FIELDS] + [d >> 62]
+def _describe(start, lbo, sbo, swizzle, junk):
+    return ((start >> 4) | ((lbo >> 4) << 16) | ((sbo >> 4) << 32)
+            | (_SWIZZLE_MODE[swizzle] << 62) | junk)
 
 
-def ex06_descriptor(matrix_descriptor, b_descriptor):
-    """Lesson 06, exercise 5: the 64-bit matrix descriptor wgmma reads its operands through,
-    field by field, then a B tile's descriptor, checked against exercise 4's layout."""
+def ex06_descriptor(read_descriptor, b_rows):
+    """Lesson 06, exercise 5: the fields of the 64-bit matrix descriptor wgmma reads its
+    operands through, in bytes, and the k-rows of the B tile a descriptor describes."""
     import random
-    from ..ptx_hopper import swizzled_offset
     rng = random.Random(65)
-    cases = [(0, 16, 1024), (1024, 8192, 1024), (2080, 16, 1024)]
+    free = (0x3 << 14) | (0x3 << 30) | (((1 << 16) - 1) << 46)   # bits no field here reads
+    cases = [(0, 16, 1024, 128, 0), (1024, 8192, 1024, 128, 0), (2080, 16, 1024, 64, 0)]
     cases += [(16 * rng.randrange(1 << 14), 16 * rng.randrange(1, 1 << 14),
-               16 * rng.randrange(1, 1 << 14)) for _ in range(200)]
-    for addr, lbo, sbo in cases:
-        with run_answer("matrix_descriptor", seconds=10):
-            d = matrix_descriptor(addr, lbo, sbo)
-        if not isinstance(d, int):
-            raise ExerciseError(f"matrix_descriptor({addr}, {lbo}, {sbo}) = {d!r}: a descriptor "
-                                "is a 64-bit integer (use // or >>, not /)")
-        where = f"matrix_descriptor(addr={addr}, lbo={lbo}, sbo={sbo}) = {d:#x}"
-        if d < 0 or d >> 64:
-            raise ExerciseError(f"{where}: not a 64-bit pattern")
-        got = _desc_fields(d)
-        for (name, _shift), value, field in zip(_DESC_FIELDS, (addr, lbo, sbo), got):
-            if field != value >> 4:
-                units = (" (in 16-byte units: the value >> 4)"
-                         if field == value & 0x3FFF or field == (value << 4) & 0x3FFF else "")
-                raise ExerciseError(f"{where}: {name} hold {field}, expected {value} >> 4 = "
-                                    f"{value >> 4}{units}")
-        if got[3] != 1:
-            raise ExerciseError(f"{where}: bits 62-63 (the swizzle mode) hold {got[3]}: 1 for "
-                                "the 128-byte swizzle")
-        stray = d & ~((0x3FFF) | (0x3FFF << 16) | (0x3FFF << 32) | (3 << 62))
-        if stray:
-            raise ExerciseError(f"{where}: bits outside the four fields are set ({stray:#x}): a "
-                                "field shifted to the wrong place?")
-    for rows in (16, 64, 128):
-        addr = 1024 * rng.randrange(1, 100)
-        with run_answer("b_descriptor", seconds=10):
-            d = b_descriptor(addr, rows)
-        where = f"b_descriptor({addr}, rows={rows})"
-        if not isinstance(d, int) or d < 0 or d >> 64:
-            raise ExerciseError(f"{where} = {d!r}: not a 64-bit descriptor")
-        start, lbo, sbo, mode = _desc_fields(d)
-        if start != addr >> 4 or mode != 1:
-            raise ExerciseError(f"{where}: start address {start * 16} and swizzle mode {mode}, "
-                                f"expected {addr} and 1 (build it with matrix_descriptor)")
-        if sbo * 16 != 1024:
-            raise ExerciseError(f"{where}: SBO = {sbo * 16} bytes, but the stride byte offset "
-                                "is the step from one 8-row group of k-rows to the next: one "
-                                "whole atom of the swizzle")
-        if lbo * 16 != rows * 128:
-            raise ExerciseError(f"{where}: LBO = {lbo * 16} bytes, but the leading byte offset "
-                                "is the step from one 64-column block to the next, and a block "
-                                "holds all the tile's k-rows of its 64 columns")
-        # every element found where exercise 4's layout puts it
-        for k in range(rows):
-            for n in range(256):
-                off = (k // 8) * sbo * 16 + (k % 8) * 128 + (n // 64) * lbo * 16 + 2 * (n % 64)
-                if start * 16 + swizzled_offset(off) != addr + _swizzled_byte(k, n, rows):
-                    raise ExerciseError(f"{where}: element ({k}, {n}) is not where the tile "
-                                        "is stored")
-    return ("matrix_descriptor: every field right on 203 descriptors; b_descriptor: every "
-            "element of 16-, 64- and 128-row B tiles found where exercise 4 stores it")
+               16 * rng.randrange(1, 1 << 14), rng.choice((128, 64, 32, 0)),
+               rng.getrandbits(64) & free) for _ in range(200)]
+    names = ("the start address (bits 0-13)", "the leading byte offset, LBO (bits 16-29)",
+             "the stride byte offset, SBO (bits 32-45)", "the swizzle (bits 62-63)")
+    for start, lbo, sbo, swizzle, junk in cases:
+        d = _describe(start, lbo, sbo, swizzle, junk)
+        with run_answer("read_descriptor", seconds=10), no_package_calls("read_descriptor"):
+            got = read_descriptor(d)
+        want = (start, lbo, sbo, swizzle)
+        if not isinstance(got, (tuple, list)) or len(got) != 4:
+            raise ExerciseError(f"read_descriptor({d:#x}) = {got!r}: return the four fields, "
+                                "(start, lbo, sbo, swizzle)")
+        if tuple(got) == want:
+            continue
+        where = f"read_descriptor({d:#x}) = {tuple(got)}, expected {want}"
+        for i, (name, g, w) in enumerate(zip(names, got, want)):
+            if g == w:
+                continue
+            if i == 3:
+                why = ("bits 62-63 hold the mode: 1 is the 128-byte swizzle, 2 the 64-byte, "
+                       "3 the 32-byte, 0 none; return the swizzle's width in bytes")
+            elif g == w >> 4:
+                why = "the field counts 16-byte units: shift the value left by 4 for bytes"
+            elif g != w and (g >> 4) & 0x3FFF == (w >> 4) and g > w:
+                why = ("a field is 14 bits wide (mask 0x3FFF): the bits above it belong to "
+                       "something else")
+            elif {g, w} == {lbo, sbo} and i in (1, 2):
+                why = "LBO and SBO swapped: LBO is bits 16-29, SBO bits 32-45"
+            else:
+                why = "shift the descriptor right to the field's first bit, then mask 14 bits"
+            raise ExerciseError(f"{where}: {name}: {g}, expected {w}: {why}")
+    for rows in (8, 16, 64, 128, 256):
+        d = _describe(1024 * rng.randrange(1, 100), rows * 128, 1024, 128,
+                      rng.getrandbits(64) & free)
+        with run_answer("b_rows", seconds=10), no_package_calls("b_rows"):
+            got = b_rows(d)
+        if got != rows:
+            raise ExerciseError(
+                f"b_rows({d:#x}) = {got!r}, expected {rows}: in exercise 4's layout a "
+                "64-column block holds every k-row of the tile, 128 bytes each, and LBO is the "
+                "step from one block to the next: rows = LBO / 128 (SBO is one 8-row atom, "
+                "1024 bytes, whatever the tile)")
+    return (f"read_descriptor: every field right on {len(cases)} descriptors, with the other "
+            "bits set; b_rows: the k-rows of 8- to 256-row B tiles")
 
 
 # Exercises 6 and 7: a ring of stages handed over mbarriers (y = A @ x). One block of 96
 # threads per 64 rows of A: thread 0 (warp 0) fills the ring with TMA, warps 1 and 2 (one
 # row of the box per thread) consume it. Stage s holds a 64 x 64 box of A (128-byte swizzle)
 # in sA and 64 elements of x in sx; full[s] has 1 arrival + the stage's bytes, empty[s] one
-# arrival per consumer thread. Each exercise writes one side and is given the other
-# (k06_fill_ring, k06_drain_ring), so that neither exercise shows the other's answer.
+# arrival per consumer thread. Each exercise writes one side and is given the other, so that
+# neither shows the other's answer: exercise 6 gets k06_fill_ring, a producer warp without
+# TMA (plain copies, 32 arrivals on full[s]), exercise 7 k06_drain_ring, consumers that
+# count rounds from kt where exercise 6 keeps a (stage, phase) state.
 _RING_ROWS, _RING_STAGES, _RING_THREADS = 64, 3, 96
 _k06_ring = {}
 
@@ -427,10 +549,8 @@ def _k06_ring_helpers(ROWS, STAGES):
     if key not in _k06_ring:
         _numba_globals()
         from .. import ptx_mbarrier as mbar
-        from .. import ptx_tma as tmacopy
         from ..ptx_hopper import swizzle128
         BOX = ROWS * 64
-        NBYTES = 2 * BOX + 2 * 64
 
         @cuda.jit(device=True)
         def add_row(sA, sx, s, r):
@@ -445,13 +565,26 @@ def _k06_ring_helpers(ROWS, STAGES):
             return acc
 
         @cuda.jit(device=True)
-        def fill_ring(sA, sx, full, empty, tA, tx, row0, k_tiles):
+        def fill_ring(sA, sx, full, empty, A, x, row0, k_tiles, lane):
+            # a producer warp without TMA: its 32 lanes copy each stage with plain loads and
+            # stores, into the same swizzled places, zeros past the edges, then arrive on
+            # full[s] (initialized for 32 arrivals)
+            M, K = A.shape[0], A.shape[1]
             for kt in range(k_tiles):
                 s = kt % STAGES
                 mbar.mbarrier_wait(empty, s, ((kt // STAGES) & 1) ^ 1)
-                mbar.mbarrier_arrive_expect_tx(full, s, NBYTES)
-                tmacopy.tma_load_2d(sA, s * BOX, tA, kt * 64, row0, full, s)
-                tmacopy.tma_load_2d(sx, s * 64, tx, kt * 64, 0, full, s)
+                for e in range(lane, BOX, 32):
+                    r, c = e // 64, e % 64
+                    v = float32(0.0)
+                    if row0 + r < M and kt * 64 + c < K:
+                        v = A[row0 + r, kt * 64 + c]
+                    sA[swizzle128((s * ROWS + r) * 128 + 2 * c) // 2] = v
+                for c in range(lane, 64, 32):
+                    v = float32(0.0)
+                    if kt * 64 + c < K:
+                        v = x[kt * 64 + c]
+                    sx[swizzle128(s * 128 + 2 * c) // 2] = v
+                mbar.mbarrier_arrive(full, s)
 
         @cuda.jit(device=True)
         def drain_ring(sA, sx, full, empty, r, k_tiles):
@@ -468,11 +601,12 @@ def _k06_ring_helpers(ROWS, STAGES):
 
 
 def k06_fill_ring(ROWS, STAGES):
-    """Exercise 6's producer, a device function ``fill_ring(sA, sx, full, empty, tA, tx,
-    row0, k_tiles)`` run by one thread: for each k-tile kt it waits until the consumers have
-    released stage kt % STAGES, announces the stage's bytes on ``full`` and starts the TMA
-    copies of A's ROWS x 64 box at (row0, kt * 64) into ``sA`` and of x's 64 elements at
-    kt * 64 into ``sx``."""
+    """Exercise 6's producer, a device function ``fill_ring(sA, sx, full, empty, A, x, row0,
+    k_tiles, lane)`` run by each lane of warp 0, without TMA: for each k-tile kt the lanes
+    wait until the consumers have released stage kt % STAGES, copy A's ROWS x 64 box at
+    (row0, kt * 64) and x's 64 elements at kt * 64 into the stage with plain loads and
+    stores (in the 128-byte swizzle that :func:`k06_add_row` reads, zeros past the edges),
+    and each arrives on ``full`` (32 arrivals complete the phase)."""
     return _k06_ring_helpers(ROWS, STAGES)[0]
 
 
@@ -625,11 +759,18 @@ _RING_CASES = (("the ring wraps twice: 7 k-tiles, one block", 64, 448),
                ("M = 1, one k-tile", 1, 40))
 
 
-def _ring_launch(kernel, a, x):
-    """y = A @ x with exercise 6's or 7's kernel: tensor maps of A (boxes 64 x 64) and of x
-    as a 1 x K row (boxes 1 x 64), their rows padded to 16-byte multiples; y NaN-poisoned."""
+def _ring_launch(kernel, a, x, maps=True):
+    """y = A @ x with exercise 7's kernel (``maps``: tensor maps of A, boxes 64 x 64, and of
+    x as a 1 x K row, boxes 1 x 64, their rows padded to 16-byte multiples) or exercise 6's
+    (A and x themselves); y NaN-poisoned."""
     from .. import ptx_tma as tmacopy
     M, K = a.shape
+    if not maps:
+        y = torch.full((M,), float("nan"), dtype=torch.float32)
+        kernel[ceil_div(M, _RING_ROWS), _RING_THREADS](engines.as_numba(a.contiguous()),
+                                                       engines.as_numba(x.contiguous()),
+                                                       engines.as_numba(y), M, K)
+        return y
     K8 = ceil_div(K, 8) * 8
     ap = torch.zeros(M, K8, dtype=torch.float16)
     ap[:, :K] = a
@@ -882,7 +1023,7 @@ def _ring_check(kernel, what, learner):
         err, y = None, None
         with ctx, _ring_audit() as audit, run_answer(what, seconds=60):
             try:
-                y = _ring_launch(kernel, a, x)
+                y = _ring_launch(kernel, a, x, maps=learner == "producer")
             except (MbarrierDeadlock, MbarrierTxError) as e:
                 err = e
             except IndexError as e:
@@ -913,7 +1054,10 @@ def _ring_check(kernel, what, learner):
 
 def ex06_ring_consumer(kernel):
     """Lesson 06, exercise 6: the consumers' loop of a ring (wait on full, read, release on
-    empty), with fill_ring as the producer."""
+    empty) with a (stage, phase) state, with fill_ring, a producer warp without TMA."""
+    helpers = _k06_ring_helpers(_RING_ROWS, _RING_STAGES)
+    refuse_package_kernel(kernel, "consumer_gemv")
+    refuse_package_helpers(kernel, "consumer_gemv", allowed=(helpers[0], helpers[2]))
     n = _ring_check(kernel, "consumer loop", "consumer")
     return (f"consumer loop: y = A @ x right on {len(_RING_CASES)} shapes, {n} runs (copies "
             "landing late and at random); every read of a stage between its full phase and "
@@ -923,6 +1067,9 @@ def ex06_ring_consumer(kernel):
 def ex06_ring_producer(kernel):
     """Lesson 06, exercise 7: the producer's loop of a ring (wait on empty, expect_tx, the
     copies), with drain_ring as the consumers."""
+    helpers = _k06_ring_helpers(_RING_ROWS, _RING_STAGES)
+    refuse_package_kernel(kernel, "producer_gemv")
+    refuse_package_helpers(kernel, "producer_gemv", allowed=(helpers[1],))
     n = _ring_check(kernel, "producer loop", "producer")
     return (f"producer loop: y = A @ x right on {len(_RING_CASES)} shapes, {n} runs (copies "
             "landing late and at random); every stage refilled after its release, its bytes "

@@ -78,10 +78,15 @@ def refuse_package_kernel(kernel, what):
             "is no answer. Write the kernel yourself (that is the exercise)")
 
 
+# The intrinsics a kernel is written with (the PTX instructions as functions): never refused.
+INTRINSICS = ("gemm_lessons.ptx", "gemm_lessons._ptx_plumbing")
+
+
 def refuse_package_helpers(kernel, what, allowed=()):
     """:class:`ExerciseError` if the source of ``kernel`` (a Triton or numba kernel, or a
     function) uses a function of the package, by its name or as ``module.name`` of a
-    package module, other than those ``allowed`` (the helpers the exercise hands out). Read
+    package module, other than the intrinsics (:data:`INTRINSICS`) and those ``allowed``
+    (the helpers the exercise hands out). Read
     from the function's source and globals: a kernel is not run as Python on every engine,
     so no call can be watched."""
     import ast
@@ -104,7 +109,9 @@ def refuse_package_helpers(kernel, what, allowed=()):
             while hasattr(f, attr) and getattr(f, attr) is not f:
                 f = getattr(f, attr)
         c = getattr(f, "__code__", None)
-        return c is not None and _in_package(c) and id(obj) not in ok and id(f) not in ok
+        intrinsic = getattr(f, "__module__", "").startswith(INTRINSICS)
+        return (c is not None and _in_package(c) and not intrinsic and id(obj) not in ok
+                and id(f) not in ok)
 
     def package_module(obj):
         return isinstance(obj, types.ModuleType) and obj.__name__.startswith("gemm_lessons")
