@@ -7,7 +7,7 @@ import torch
 
 from .. import harness
 from .guards import ExerciseError, HINTS, run_answer
-from .audits import barrier_audit
+from .audits import barrier_audit, nan_shared
 from .refusal import no_package_calls, refuse_package_kernel
 from .products import bind_numba, ceil_div, check_product, sim_launch, small_suite
 
@@ -170,8 +170,9 @@ def ex02_launch(launcher, BM=16, BN=8):
                                 "(kernel[grid, block](...)): the exercise is that launch, "
                                 "not another launcher's")
 
-    return str(check_product(run, "my_launcher", cases=small_suite(
-        ("square", "rectangular", "ragged", "M=1", "N=1"))))
+    with nan_shared():
+        return str(check_product(run, "my_launcher", cases=small_suite(
+            ("square", "rectangular", "ragged", "M=1", "N=1"))))
 
 
 def ex02_loads(fn):

@@ -7,8 +7,10 @@ import torch
 
 from .. import harness
 from .guards import ExerciseError, run_answer
-from .audits import barrier_audit
-from .products import bind_numba, ceil_div, check_product, sim_launch, small_suite
+from .audits import barrier_audit, nan_shared
+from .products import (bind_numba, ceil_div, check_product, launched_kernels, sim_launch,
+                       small_suite)
+from .refusal import no_package_calls, refuse_package_helpers, refuse_package_kernel
 
 
 def _numba_globals():
@@ -36,7 +38,7 @@ def ex03_ways(ways):
         return max(len(s) for s in banks.values())
 
     for name, words in cases.items():
-        with run_answer("ways"):
+        with run_answer("ways"), no_package_calls("ways"):
             got = ways(list(words))
         want = truth(words)
         if got != want:
@@ -52,8 +54,19 @@ def ex03_ways(ways):
 
 
 def ex03_swizzle(run_swizzled):
-    """Lesson 03, exercise 2: the swizzled store and read; conflict-free and correct."""
+    """Lesson 03, exercise 2: the swizzled store and read; conflict-free and correct (shared
+    memory starting as NaN); the kernel launched must be the learner's own."""
     from .. import counters
+    a, b = harness.make_operands(32, 8, 32)
+    with launched_kernels() as seen:
+        try:
+            with run_answer("run_swizzled"):
+                run_swizzled(a, b, torch.empty(32, 8))
+        except ExerciseError:
+            pass                            # the product check names what went wrong
+    for k in {id(k): k for k in seen}.values():
+        refuse_package_kernel(k, "swizzled")
+        refuse_package_helpers(k, "swizzled")
     with barrier_audit() as audit:
         try:
             report = check_product(run_swizzled, "swizzled",
@@ -102,7 +115,7 @@ def ex03_bank(bank):
     points = [(i, k, width, pad, e) for e in (4, 2, 1) for width in (32, 8, 16, 64)
               for pad in (0, 1, 2, 4) for i in range(32)
               for k in sorted({0, 1, 3, width - 1})]
-    with run_answer("bank"):
+    with run_answer("bank"), no_package_calls("bank"):
         got = [bank(*p) for p in points]
     want = [_bank_of(*p) for p in points]
     if got != want:
@@ -187,7 +200,8 @@ def ex03_xor_swizzle(swizzle):
     permutation of its 8 columns, every column walk of a warp 1-way; then in the kernel."""
     import numbers
     from .. import counters
-    with run_answer("swizzle"):
+    refuse_package_kernel(swizzle, "swizzle")
+    with run_answer("swizzle"), no_package_calls("swizzle"):
         table = [[swizzle(r, c) for c in range(8)] for r in range(32)]
     odd = next((v for row in table for v in row if not isinstance(v, numbers.Integral)), None)
     if odd is not None:
@@ -213,7 +227,9 @@ def ex03_xor_swizzle(swizzle):
                 "start in the same bank: the 8 rows with the same i % 4 need 8 different "
                 "columns for column k (what of the row tells them apart?)")
     run = _swizzled_k8(swizzle)
-    report = check_product(run, "swizzle in the kernel", cases=small_suite(("square", "ragged")))
+    with nan_shared():
+        report = check_product(run, "swizzle in the kernel",
+                               cases=small_suite(("square", "ragged")))
     a, b = harness.make_operands(32, 8, 16)
     c = torch.empty(32, 8)
     with counters.trace(A=a, B=b, C=c) as t:
