@@ -256,61 +256,6 @@ def part_fused(w, shapes, batches, min_batch_ms, deadline):
                       status=f"error: {str(exc)[:120]}")
 
 
-def _rows(path):
-    with open(path, newline="") as f:
-        return [r for r in csv.DictReader(f) if r["ms"] and r["baseline_ms"]]
-
-
-def summarize(path, out=print):
-    """The issue's targets, read from a recording: host time per call at 64^3, fused bias +
-    GELU (auto, direct) against eager and compile, the best plain kernel per shape and
-    auto's distance from it. Returns a dict of the figures."""
-    from gemm_lessons.common import geomean
-    rows = _rows(path)
-    fig = {}
-    host = [r for r in rows if ":host:" in r["kernel"]]
-    for r in host:
-        name, _, base = r["kernel"].split(":")
-        t = float(r["ms"]) / float(r["baseline_ms"])
-        p = float(r["prepare_ms"]) / float(r["baseline_ms"]) if r["prepare_ms"] else None
-        fig[f"host {name} {base}"] = (t, p)
-    out("host time per call at 64^3, times the torch call's (direct; prepare):")
-    for k, (t, p) in fig.items():
-        out(f"  {k[5:]:40s} {t:5.2f}x" + ("" if p is None else f"   prepare {p:5.2f}x"))
-    by = {}
-    for r in rows:
-        name, mode, base = r["kernel"].split(":")
-        if mode == "host":
-            continue
-        by.setdefault((int(r["M"]), int(r["N"]), int(r["K"]), r["layout"], base), {})[
-            f"{name}:{mode}"] = float(r["baseline_ms"]) / float(r["ms"])
-    for base in ("eager", "compile"):
-        got = {s: d["auto:direct"] for s, d in by.items() if s[4] == base and "auto:direct" in d}
-        if got:
-            low = min(got.items(), key=lambda kv: kv[1])
-            big = [v for s, v in got.items() if s[0] >= 256]
-            out(f"fused bias+gelu, auto, direct, vs {base}: geomean {geomean(got.values()):.2f}x"
-                f" on {len(got)} shapes; lowest {low[1]:.2f}x at {low[0][:4]}; "
-                f"M >= 256: {sum(v >= 1 for v in big)} of {len(big)} at 1.00x or more")
-            fig[f"fused {base}"] = geomean(got.values())
-    plain = {s: d for s, d in by.items() if s[4] == "mm"}
-    best = {s: max(v for k, v in d.items() if k.endswith(":direct") and not k.startswith("auto"))
-            for s, d in plain.items()
-            if any(k.endswith(":direct") and not k.startswith("auto") for k in d)}
-    if best:
-        odd = [v for s, v in best.items() if any(x % 8 for x in s[:3])]
-        m64 = [v for s, v in best.items() if s[0] >= 64]
-        out(f"plain, best kernel per shape, direct, vs torch.mm: geomean "
-            f"{geomean(best.values()):.2f}x on {len(best)} shapes; M >= 64: lowest "
-            f"{min(m64):.2f}x; sizes not all multiples of 8: geomean {geomean(odd):.2f}x"
-            if odd and m64 else "")
-        near = [s for s in best if "auto:direct" in plain[s]
-                and plain[s]["auto:direct"] >= 0.95 * best[s]]
-        out(f"auto within 5% of the best kernel on {len(near)} of {len(best)} plain shapes")
-        fig["plain best"] = geomean(best.values())
-    return fig
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--csv", help="write the rows here (the results format)")
@@ -331,7 +276,8 @@ def main(argv=None):
                     "recording (no GPU needed) and exit")
     args = ap.parse_args(argv)
     if args.summary:
-        summarize(args.summary)
+        from gemm_lessons.labs import front_door as lab
+        lab.summary(args.summary)
         return 0
     if gl.backend() != "cuda":
         raise SystemExit("front_door.py times calls on a GPU; this machine has none "
