@@ -152,6 +152,8 @@ def ex06_pipeline(run, k_tiles_of_long=7):
         overlapped += audit.reads_overlapped
         reads += audit.reads
         at_wait = max(at_wait, log.at_wait)
+        if reads and (overlapped == 0 or at_wait < 2):
+            break                       # the order is wrong in every mode: say so now
     if not reads:
         raise ExerciseError("no tensor-core read of a stage was seen: run launches my_pipeline, "
                             "whose compute(s) reads the stages")
@@ -383,6 +385,10 @@ def ex06_multistage(make_multistage):
                 if case is long_k:
                     depth = max(depth, log.depth)
                     at_wait = max(at_wait, steps.at_wait)
+                    if depth != stages - 1 or at_wait < stages:
+                        break                   # the depth is wrong whatever the seed
+            if depth != stages - 1 or at_wait < stages:
+                break
         if depth != stages - 1:
             raise ExerciseError(
                 f"make_multistage({stages}) is right, but {HINTS['wait'].split(':')[0]} or the "
