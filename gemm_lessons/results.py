@@ -60,11 +60,11 @@ def read_csv(path=None):
     rows, device, versions = [], "", ""
     with open(path, newline="") as f:
         for row in csv.DictReader(f):
-            if not (row["ms"] and row["baseline_ms"]):     # a row that records a failure
+            if not row["ms"]:               # a row that records a failure
                 continue
             r = BenchResult(row["kernel"], getattr(torch, row["dtype"]), int(row["M"]),
-                            int(row["N"]), int(row["K"]), ms=float(row["ms"]),
-                            baseline_ms=float(row["baseline_ms"]))
+                            int(row["N"]), int(row["K"]), ms=float(row["ms"]),   # no baseline
+                            baseline_ms=float(row["baseline_ms"] or "nan"))      # timed: NaN
             rows.append((int(row["lesson"] or 0), r))      # 0: no lesson's (kernel="auto")
             device, versions = row["device"], row["versions"]
     return rows, device, versions
