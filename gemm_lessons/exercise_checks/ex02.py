@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 
 import torch
 
@@ -82,17 +83,25 @@ def ex02_tile_loop(kernel, T=T02):
         M, N = c.shape
         sim_launch(kernel, (ceil_div(N, T), ceil_div(M, T)), (T, T), a, b, c)
 
+    with barrier_audit() as probe:             # one small launch: the shared tiles first
+        try:
+            with run_answer("my_tiled"):
+                a, b = harness.make_operands(T, T, BK)
+                run(a, b, torch.empty(T, T))
+        except ExerciseError:
+            pass                                # the product check names what went wrong
+    shapes = _tile_shapes(probe, T, BK) if probe.shapes else None
+    if shapes:
+        raise ExerciseError(shapes)
     err = None
     with barrier_audit() as audit:
         try:
-            report = check_product(run, "my_tiled", cases=small_suite(
-                ("square", "ragged", "M=1", "K=1", "A transposed")), audit=audit,
-                threads_per_block=T * T)
+            order = ("square", "K=1", "ragged", "M=1", "A transposed")   # the quick ones first
+            cases = sorted(small_suite(order), key=lambda c: order.index(c.name))
+            report = check_product(run, "my_tiled", cases=cases, audit=audit,
+                                   threads_per_block=T * T)
         except ExerciseError as e:
             err = e
-    shapes = _tile_shapes(audit, T, BK) if audit.shapes else None
-    if shapes:
-        raise ExerciseError(shapes)
     if err is None:
         return str(report)
     text = str(err)
@@ -175,6 +184,9 @@ def ex02_launch(launcher, BM=16, BN=8):
             ("square", "rectangular", "ragged", "M=1", "N=1"))))
 
 
+_counted02 = {}
+
+
 def ex02_loads(fn):
     """Lesson 02, exercise 3: the global loads of A and those of B, each per element of C,
     counted by the learner in a trace of the launch it is given (the tiled kernel on shapes
@@ -182,22 +194,26 @@ def ex02_loads(fn):
     formula cannot pass, and neither can the lesson's total of both operands."""
     from .. import counters
     from ..kernels.k01_naive import coalesced
-    launches = (("the tiled kernel (T = 16)", _ref_launch02, 32, 32, 32),
+    launches = (("the tiled kernel (T = 16), a ragged shape", _ref_launch02, 20, 36, 8),
+                ("the tiled kernel (T = 16)", _ref_launch02, 32, 32, 32),
                 ("the tiled kernel (T = 16)", _ref_launch02, 16, 32, 48),
-                ("the tiled kernel (T = 16), a ragged shape", _ref_launch02, 20, 36, 24),
                 ("lesson 01's k01_coalesced", coalesced, 16, 16, 8))
     for what, launcher, M, N, K in launches:
         with run_answer("global_loads_per_element"), no_package_calls(
                 "global_loads_per_element", allowed=(harness.make_operands, counters.trace,
                                                      launcher)):
             got = fn(launcher, M, N, K)
-        a, b = harness.make_operands(M, N, K)
-        c = torch.empty(M, N)
-        with counters.trace(A=a, B=b, C=c) as t:
-            launcher(a, b, c)
-        count = {(x.array, x.space, x.op): 0 for x in t.accesses}
-        for x in t.accesses:
-            count[(x.array, x.space, x.op)] += 1
+        key = (what, M, N, K)
+        if key not in _counted02:          # the check's own count, once per process
+            a, b = harness.make_operands(M, N, K)
+            c = torch.empty(M, N)
+            with counters.trace(A=a, B=b, C=c) as t:
+                launcher(a, b, c)
+            count = defaultdict(int)
+            for x in t.accesses:
+                count[(x.array, x.space, x.op)] += 1
+            _counted02[key] = dict(count)
+        count = _counted02[key]
         n_a = count.get(("A", "global", "load"), 0)
         n_b = count.get(("B", "global", "load"), 0)
         want = (n_a / (M * N), n_b / (M * N))
