@@ -162,6 +162,7 @@ def test_a_changed_stride_dtype_alignment_or_alias_is_another_kind_of_call():
     assert key(a) != key(a.t())                              # strides
     assert key(a) != key(a.float())                          # dtype
     assert key(a[:, 1:].contiguous()) != key(a[:, 1:])       # strides and alignment
+    assert key(a) != key(torch.empty_like(a, device="meta"))  # device
     flat = torch.empty(32 * 32 + 1, dtype=torch.float16, device=DEV)
     assert key(flat[:1024].view(32, 32)) != key(flat[1:].view(32, 32))   # 2-byte offset
     assert fastpath.aliasing(a, b, None) == (0, 1, 2)
