@@ -204,8 +204,9 @@ def matmul(a, b, kernel="k01_coalesced", *, out=None):
     To repeat one product on fixed operands with the least Python, :func:`prepare`.
     """
     key = None
-    if _fast.ENABLED and type(a) is torch.Tensor and type(b) is torch.Tensor \
-            and _backend.on_gpu():
+    if (_fast.ENABLED and type(a) is torch.Tensor and type(b) is torch.Tensor
+            and type(kernel) is str and (out is None or type(out) is torch.Tensor)
+            and _backend.on_gpu()):
         # the kind of call (see gemm_lessons.fastpath; one flat tuple: it is built on every
         # call): a kind recorded before was checked then, all of it but ``out``
         pa, pb = a.data_ptr(), b.data_ptr()
@@ -223,7 +224,7 @@ def matmul(a, b, kernel="k01_coalesced", *, out=None):
     entry, out = _checked_call(kernel, a, b, out)
     M, N = out.shape
     if _backend.on_gpu():             # one launch: nothing to guard, no row slicing
-        if key is None or not isinstance(kernel, str):
+        if key is None:
             entry.launch(a, b, out)
         else:
             _MATMULS.run(key, lambda: entry.launch(a, b, out), (a, b, out), out)
