@@ -52,24 +52,26 @@ def _thread_map(t, c):
 
 def ex01_kernel(kernel):
     """Lesson 01, exercise 1: a coalesced kernel with a 1-D block of 256 threads, each block
-    an 8 x 32 tile of C; launched with a grid that covers C (and one block more each way,
-    whose tile lies outside C). Where each thread stores is read from a trace first: a store
-    outside the thread's tile, or two threads on one element, is named as the thread map."""
+    an 8 x 32 tile of C; launched with a grid that covers C. Where each thread stores is read
+    first from a trace of a launch with one block more each way (whose tile lies outside C):
+    a store outside the thread's tile, or two threads on one element, is named as the thread
+    map."""
     from .. import counters
     refuse_package_kernel(kernel, "my_kernel")
 
-    def run(a, b, c):
+    def run(a, b, c, spare=0):
         M, N = c.shape
-        sim_launch(kernel, (ceil_div(N, 32) + 1, ceil_div(M, 8) + 1), 256, a, b, c)
+        sim_launch(kernel, (ceil_div(N, 32) + spare, ceil_div(M, 8) + spare), 256, a, b, c)
 
     # the lesson's point first: which element a thread computes decides the sectors touched
-    a, b = harness.make_operands(64, 64, 8)
-    c = torch.empty(64, 64)
+    # (2 x 2 blocks on C, and one more each way, whose tile lies outside C)
+    a, b = harness.make_operands(16, 64, 8)
+    c = torch.empty(16, 64)
     with counters.trace(A=a, B=b, C=c) as t, run_answer("my_kernel"):
-        run(a, b, c)
+        run(a, b, c, spare=1)
     wrong = _thread_map(t, c)
     if wrong:
-        raise ExerciseError(f"my_kernel, M=64, N=64, K=8: {wrong}")
+        raise ExerciseError(f"my_kernel, M=16, N=64, K=8: {wrong}")
     s = t.global_summary()
     if not (s["B"]["load"] <= 4 and s["C"]["store"] <= 4):
         raise ExerciseError(
@@ -95,7 +97,8 @@ def ex01_grid(launcher):
                                 "(kernel[grid, block](...)): the exercise is that launch, "
                                 "not another launcher's")
 
-    report = check_product(run, "my_launcher")
+    report = check_product(run, "my_launcher", cases=small_suite(
+        ("square", "rectangular", "ragged", "M=1", "N=1", "K=1")))
     return str(report)
 
 

@@ -195,7 +195,6 @@ def ex02_loads(fn):
     from .. import counters
     from ..kernels.k01_naive import coalesced
     launches = (("the tiled kernel (T = 16), a ragged shape", _ref_launch02, 20, 36, 8),
-                ("the tiled kernel (T = 16)", _ref_launch02, 32, 32, 32),
                 ("the tiled kernel (T = 16)", _ref_launch02, 16, 32, 48),
                 ("lesson 01's k01_coalesced", coalesced, 16, 16, 8))
     for what, launcher, M, N, K in launches:

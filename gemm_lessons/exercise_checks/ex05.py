@@ -281,8 +281,9 @@ def k05_mma_step(BM, BN, BK):
 def ex05_tiles(run, BM, BN, BK):
     """Lesson 05, exercise 4: the copy of the block's A and B tiles into padded shared
     memory, a 32-bit word (two halves) per lane and step, with zeros past every edge; the
-    kernel may call only the given ``mma_step``. Shared memory starts as NaN, so a tail left unwritten
-    shows; the copy must split the tile among the 32 lanes (each element copied once)."""
+    kernel may call only the given ``mma_step``. The product, with shared memory starting as
+    NaN, so that a tail left unwritten shows; then who copies what, from a trace (each
+    element once, a word per lane and step)."""
     from .. import counters
     _kernels_of(run, "my_tiles", [k05_mma_step(BM, BN, BK)])
     cases = small_suite(("square", "ragged", "K=1", "M=1", "A transposed"))
@@ -311,15 +312,16 @@ def ex05_tiles(run, BM, BN, BK):
                          "previous tile's values, which the tensor core adds into C. Write 0 to "
                          "every element of both tiles that lies outside A or B")
             raise ExerciseError(f"{head}\nLikely cause: {cause}") from None
-    a, b = harness.make_operands(BM, BN, 2 * BK, torch.float16)
+    # then who copies what, in one launch of one k-step
+    a, b = harness.make_operands(BM, BN, BK, torch.float16)
     c = torch.empty(BM, BN, dtype=torch.float16)
-    with counters.trace(A=a, B=b, C=c) as t:
+    with counters.trace(A=a, B=b, C=c) as t, run_answer("my_tiles"):
         run(a, b, c)
     stores = sum(1 for x in t.accesses if x.space == "shared" and x.op == "store")
-    want = 2 * (BM * BK + BK * BN)          # 2 k-steps, each element of both tiles once
+    want = BM * BK + BK * BN                # each element of both tiles once
     if stores > want:
         raise ExerciseError(
-            f"{stores} stores into shared memory for two k-steps of one block, where the two "
+            f"{stores} stores into shared memory for one k-step of one block, where the two "
             f"tiles hold {want}: lanes copy the same elements. Split the work: lane l copies "
             "words l, l + 32, l + 64... of each tile, two halves each")
     words = defaultdict(list)               # (block, lane, array) -> halves stored, in order
