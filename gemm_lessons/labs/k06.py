@@ -18,9 +18,17 @@ tile and sums column i, which other threads copied, so the barrier matters.
 wait) and the first two kernels, :func:`early_copy_demo` the first and the third in both
 landing modes; both on the simulator, in a child process where this one runs a GPU
 (:func:`gemm_lessons.common.run_on_simulator`), so they print the same everywhere.
+
+The lesson reads its longer kernels a part at a time: :func:`show_part` prints the part of
+a kernel's source (what ``gl.show_source`` prints) that starts at the first line holding
+one text and ends before the next line holding another (section comments such as
+``# -- epilogue``), and :func:`show_diff_part` the diff of that part between two steps
+(``gl.show_diff`` restricted to it, with the line numbers of the whole sources).
 """
 from __future__ import annotations
 
+import difflib
+import re
 import warnings
 
 import torch
@@ -28,13 +36,14 @@ from numba import cuda, float32
 from numba.types import float16
 
 from .. import engines, ptx
+from ..api import _source_text
 from ..common import run_on_simulator
 from ..ptx import (WMMA_SMEM_ALIGN, cp_async16, cp_async_commit_group,
                    cp_async_wait_group, f16_to_f32)
 
 __all__ = ["copy_timeline", "column_sums", "column_sums_missing_wait",
            "column_sums_early_copy", "run_column_sums", "missing_wait_demo",
-           "early_copy_demo"]
+           "early_copy_demo", "show_part", "show_diff_part"]
 
 ROWS, COLS = 8, 64            # one tile: 8 rows of 64 halves, 64 chunks of 16 bytes
 TILE = ROWS * COLS
@@ -165,3 +174,45 @@ def early_copy_demo(seed=0):
     ``column_sums_early_copy``, on the simulator with copies landing at their wait and at
     random moments (seeded)."""
     return run_on_simulator("gemm_lessons.labs.k06:_early_copy_here", seed)
+
+
+def _part(obj, start, end):
+    """(first line's index, lines) of the part of ``obj``'s source from the first line that
+    holds ``start`` (the first line if None) to the line before the next one that holds
+    ``end`` (the last line if None)."""
+    lines = _source_text(obj).splitlines()
+    name = obj if isinstance(obj, str) else getattr(obj, "__name__", str(obj))
+    i = 0
+    if start is not None:
+        i = next((n for n, line in enumerate(lines) if start in line), None)
+        if i is None:
+            raise ValueError(f"no line of {name}'s source holds {start!r}")
+    j = len(lines)
+    if end is not None:
+        j = next((n for n in range(i + 1, len(lines)) if end in lines[n]), None)
+        if j is None:
+            raise ValueError(f"no line of {name}'s source after {start!r} holds {end!r}")
+    return i, lines[i:j]
+
+
+def show_part(obj, start=None, end=None):
+    """Print the part of a kernel's source (a registered name, or any function or kernel)
+    from the first line that holds the text ``start`` up to, not including, the next line
+    that holds ``end``; ``None`` for the start or the end of the source."""
+    print("\n".join(_part(obj, start, end)[1]))
+
+
+def show_diff_part(old, new, start=None, end=None, context=3):
+    """Print ``gl.show_diff(old, new)`` for one part of the two sources: the lines of each
+    from ``start`` up to ``end`` (as in :func:`show_part`), diffed, with the hunks' line
+    numbers those of the whole sources."""
+    (i, a), (j, b) = _part(old, start, end), _part(new, start, end)
+    name = lambda o: o if isinstance(o, str) else getattr(o, "__name__", str(o))
+
+    def shift(m):                            # a hunk's first lines: in the whole sources
+        return f"@@ -{int(m[1]) + i}{m[2] or ''} +{int(m[3]) + j}{m[4] or ''} @@"
+
+    diff = [re.sub(r"^@@ -(\d+)(,\d+)? \+(\d+)(,\d+)? @@", shift, line)
+            for line in difflib.unified_diff(a, b, name(old), name(new), n=context,
+                                             lineterm="")]
+    print("\n".join(diff) if diff else f"{name(old)} and {name(new)}: the same lines here")
