@@ -12,7 +12,7 @@ import torch
 from .. import engines, harness
 from .._ptx_plumbing import RecordedArray, WatchedArray, shared_arrays
 from .guards import ExerciseError, HINTS, run_answer
-from .audits import pipeline_audit, thread_epoch
+from .audits import nan_shared, pipeline_audit, thread_epoch
 from .products import bind_numba, ceil_div, check_product, small_suite
 from .refusal import no_package_calls, refuse_package_helpers, refuse_package_kernel
 
@@ -146,7 +146,7 @@ def ex06_pipeline(run, k_tiles_of_long=7):
 
     for mode in _landing_modes():
         ctx = (ptx.cp_async_landing(mode[0], seed=mode[1]) if mode else contextlib.nullcontext())
-        with ctx, pipeline_audit() as audit, _step_log(audit) as log:
+        with ctx, nan_shared(), pipeline_audit() as audit, _step_log(audit) as log:
             report = check_product(own_run, "my_pipeline", (torch.float16,), cases,
                                    audit=audit)
         overlapped += audit.reads_overlapped
@@ -368,8 +368,8 @@ def ex06_multistage(make_multistage):
             for case in cases:
                 ctx = (ptx.cp_async_landing("random", seed=seed) if seed is not None
                        and hasattr(ptx, "cp_async_landing") else contextlib.nullcontext())
-                with ctx, pipeline_audit() as audit, _tile_log(audit, BM, BK) as log, \
-                        _step_log(audit) as steps:
+                with ctx, nan_shared(), pipeline_audit() as audit, \
+                        _tile_log(audit, BM, BK) as log, _step_log(audit) as steps:
                     try:
                         check_product(lambda a, b, c: _ms_launch(kernel, a, b, c),
                                       f"make_multistage({stages})", (torch.float16,), [case],
