@@ -1,9 +1,10 @@
 """The package's own functions are no answer: :func:`no_package_calls` runs a learner's
 function and refuses it when it calls into ``gemm_lessons`` (a finished kernel's helper, a
 check's reference), and :func:`refuse_package_kernel` refuses a kernel that is one of the
-package's own. Only calls made by the learner's code (the notebook's ``__main__``) count: the functions a
-check hands to the answer (an ``order``, a helper) are passed as ``allowed``, and what they
-call in turn is theirs."""
+package's own, and :func:`refuse_package_helpers` a kernel whose source uses the package's
+functions (the PTX intrinsics aside). Only calls made by the learner's code (the notebook's
+``__main__``) count: the functions a check hands to the answer (an ``order``, a helper) are
+passed as ``allowed``, and what they call in turn is theirs."""
 from __future__ import annotations
 
 import contextlib
@@ -26,8 +27,8 @@ def _in_package(code):
 
 
 def _name(frame):
-    mod = frame.f_globals.get("__name__", "?")
-    return f"{mod}.{frame.f_code.co_qualname if hasattr(frame.f_code, 'co_qualname') else frame.f_code.co_name}"
+    code = frame.f_code
+    return f"{frame.f_globals.get('__name__', '?')}.{getattr(code, 'co_qualname', code.co_name)}"
 
 
 @contextlib.contextmanager
