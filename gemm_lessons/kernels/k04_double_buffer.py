@@ -25,7 +25,7 @@ def make_double_buffer(BM, BN, BK, WM, WN, TM, TN):
     LM = WM // TM                     # lanes down a warp tile
     LN = WN // TN                     # lanes across it
     WARPS_N = BN // WN
-    NT = tiles.threads
+    NT = tiles.threads                # threads per block: (BM/TM) x (BN/TN)
     KQ = BK // 4                      # float4s across a row of the A tile
     NQ = BN // 4                      # float4s across a row of the B tile
     PAD = 4                           # sA rows padded by 4 words: conflict-free transposed stores
@@ -106,17 +106,17 @@ def make_double_buffer(BM, BN, BK, WM, WN, TM, TN):
         elif k0 + BK < K:         # the last tile, cut by K
             load_tile(A, B, k0 + BK, rowsA, ac, br, colB, gA, gB, True)
         k = 0
-        while k < BK:             # two k per trip, by hand: numba has no "#pragma unroll"
+        while k < BK:             # (a while loop: numba's range() adds bookkeeping here)
             load_fragments(sA, sB, buf + k, am, bn, rA, rB, 0)
             outer_product(rA, rB, 0, acc)
             load_fragments(sA, sB, buf + k + 1, am, bn, rA, rB, 1)
             outer_product(rA, rB, 1, acc)
-            k += 2
+            k += 2                # two k per trip, by hand: numba has no "#pragma unroll"
 
     @cuda.jit(**launch_bounds(NT, MIN_BLOCKS))
     def double_buffer(A, B, C, vec_c):
-        sA = cuda.shared.array(SA, float32, alignment=SMEM_ALIGN)   # (buffer k, m): A^T
-        sB = cuda.shared.array(SB, float32, alignment=SMEM_ALIGN)   # (buffer k, n)
+        sA = cuda.shared.array(SA, float32, alignment=SMEM_ALIGN)   # (k, m): A transposed
+        sB = cuda.shared.array(SB, float32, alignment=SMEM_ALIGN)   # (k, n)
         rA = cuda.local.array(RA, float32)
         rB = cuda.local.array(RB, float32)
         acc = cuda.local.array(ACC, float32)

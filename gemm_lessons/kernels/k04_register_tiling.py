@@ -29,7 +29,7 @@ def make_register_tiling(BM, BN, BK, WM, WN, TM, TN):
     LM = WM // TM                     # lanes down a warp tile
     LN = WN // TN                     # lanes across it
     WARPS_N = BN // WN
-    NT = tiles.threads
+    NT = tiles.threads                # threads per block: (BM/TM) x (BN/TN)
     KQ = BK // 4                      # float4s across a row of the A tile
     NQ = BN // 4                      # float4s across a row of the B tile
     PAD = 4                           # sA rows padded by 4 words: conflict-free transposed stores
@@ -130,8 +130,8 @@ def make_register_tiling(BM, BN, BK, WM, WN, TM, TN):
 
     @cuda.jit(**launch_bounds(NT, MIN_BLOCKS))
     def register_tiling(A, B, C, vec_c):
-        sA = cuda.shared.array(SA, float32, alignment=SMEM_ALIGN)   # (buffer k, m): A^T
-        sB = cuda.shared.array(SB, float32, alignment=SMEM_ALIGN)   # (buffer k, n)
+        sA = cuda.shared.array(SA, float32, alignment=SMEM_ALIGN)   # (k, m): A transposed
+        sB = cuda.shared.array(SB, float32, alignment=SMEM_ALIGN)   # (k, n)
         rA = cuda.local.array(RA, float32)
         rB = cuda.local.array(RB, float32)
         acc = cuda.local.array(ACC, float32)

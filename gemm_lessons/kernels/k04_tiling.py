@@ -93,7 +93,7 @@ def make_2d_tiling(BM, BN, BK, TM, TN):
     """Each thread computes a TM x TN tile of C from register fragments rA, rB."""
     tiles = Tiles(BM=BM, BN=BN, BK=BK, TM=TM, TN=TN)
     TCOLS = BN // TN                  # threads across the block tile
-    NT = tiles.threads                # threads per block: (BM/TM) x TCOLS
+    NT = tiles.threads                # threads per block: (BM/TM) x (BN/TN)
     _, _, A_ROWS, B_ROWS = tiles.loads()  # tile rows the whole block loads per step
 
     @cuda.jit
@@ -108,21 +108,21 @@ def make_2d_tiling(BM, BN, BK, TM, TN):
         t = cuda.threadIdx.x
         tm = t // TCOLS             # the thread's tile: rows tm*TM.., columns tn*TN..
         tn = t % TCOLS
-        ar, ac = t // BK, t % BK    # its elements of the tiles, as in step 1
-        br, bc = t // BN, t % BN
+        ar, ac = t // BK, t % BK    # its elements of the tiles: sA[ar + i*A_ROWS, ac] and
+        br, bc = t // BN, t % BN    # sB[br + i*B_ROWS, bc] (k, then n, fastest: coalesced)
         m0 = cuda.blockIdx.y * BM
         n0 = cuda.blockIdx.x * BN
         for i in range(TM):
             for j in range(TN):
                 acc[i, j] = 0.0
         for k0 in range(0, K, BK):
-            for i in range(BM // A_ROWS):
+            for i in range(BM // A_ROWS):         # the A tile (0 outside A)
                 r = ar + i * A_ROWS
                 if m0 + r < M and k0 + ac < K:
                     sA[r, ac] = A[m0 + r, k0 + ac]
                 else:
                     sA[r, ac] = 0.0
-            for i in range(BK // B_ROWS):
+            for i in range(BK // B_ROWS):         # the B tile (0 outside B)
                 r = br + i * B_ROWS
                 if k0 + r < K and n0 + bc < N:
                     sB[r, bc] = B[k0 + r, n0 + bc]
@@ -130,7 +130,7 @@ def make_2d_tiling(BM, BN, BK, TM, TN):
                     sB[r, bc] = 0.0
             cuda.syncthreads()
             k = 0
-            while k < BK:
+            while k < BK:           # (a while loop: numba's range() adds bookkeeping here)
                 for i in range(TM):                 # TM + TN loads from shared memory...
                     rA[i] = sA[tm * TM + i, k]
                 for j in range(TN):

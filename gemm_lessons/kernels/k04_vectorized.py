@@ -25,8 +25,8 @@ from .k04_tiles import Tiles, config, vector_launch
 def make_vectorized(BM, BN, BK, TM, TN):
     """2-D tiling with 128-bit loads: A tile transposed in shared memory (sA[k, m])."""
     tiles = Tiles(BM=BM, BN=BN, BK=BK, TM=TM, TN=TN)
-    TCOLS = BN // TN
-    NT = tiles.threads
+    TCOLS = BN // TN                  # threads across the block tile
+    NT = tiles.threads                # threads per block: (BM/TM) x (BN/TN)
     KQ = BK // 4                      # float4s across a row of the A tile
     NQ = BN // 4                      # float4s across a row of the B tile
     PAD = 4                           # sA rows padded by 4 words: conflict-free transposed stores
@@ -38,15 +38,15 @@ def make_vectorized(BM, BN, BK, TM, TN):
     def vectorized(A, B, C, vec_c):
         sA = cuda.shared.array(SA, float32, alignment=SMEM_ALIGN)   # (k, m): A transposed
         sB = cuda.shared.array(SB, float32, alignment=SMEM_ALIGN)   # (k, n)
-        rA = cuda.local.array(TM, float32)
-        rB = cuda.local.array(TN, float32)
+        rA = cuda.local.array(TM, float32)          # a column of A's tile, in registers
+        rB = cuda.local.array(TN, float32)          # a row of B's tile, in registers
         acc = cuda.local.array((TM, TN), float32)
         M, N = C.shape
         K = A.shape[1]                 # A and B are float4-ready: widths multiples of 4
         KB = B.shape[0]
         NB = B.shape[1]
         t = cuda.threadIdx.x
-        tm = t // TCOLS
+        tm = t // TCOLS             # the thread's tile: rows tm*TM.., columns tn*TN..
         tn = t % TCOLS
         ar, ac = t // KQ, (t % KQ) * 4     # its float4s: A[m0 + ar + i*A_ROWS, k0 + ac..+3]
         br, bc = t // NQ, (t % NQ) * 4     # and B[k0 + br + i*B_ROWS, n0 + bc..+3]
@@ -56,24 +56,24 @@ def make_vectorized(BM, BN, BK, TM, TN):
             for j in range(TN):
                 acc[i, j] = 0.0
         for k0 in range(0, K, BK):
-            for i in range(BM // A_ROWS):          # A tile: one float4 along k...
+            for i in range(BM // A_ROWS):         # the A tile (0 outside A)
                 r = ar + i * A_ROWS
                 if m0 + r < M and k0 + ac < K:
-                    v = ld_global_v4(A, m0 + r, k0 + ac)
+                    v = ld_global_v4(A, m0 + r, k0 + ac)    # one float4 along k...
                 else:
                     v = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
                 for q in range(4):                 # ...stored transposed: sA[k, m]
                     sA[ac + q, r] = v[q]
-            for i in range(BK // B_ROWS):          # B tile: float4 along n, stored as is
+            for i in range(BK // B_ROWS):         # the B tile (0 outside B)
                 r = br + i * B_ROWS
                 if k0 + r < KB and n0 + bc < NB:
-                    v = ld_global_v4(B, k0 + r, n0 + bc)
+                    v = ld_global_v4(B, k0 + r, n0 + bc)    # one float4 along n...
                 else:
                     v = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
-                st_shared_v4(sB, r, bc, v)
+                st_shared_v4(sB, r, bc, v)                 # ...stored as it is
             cuda.syncthreads()
             k = 0
-            while k < BK:
+            while k < BK:           # (a while loop: numba's range() adds bookkeeping here)
                 for g in range(TM // 4):           # TM/4 float4 loads of A's column k
                     a = ld_shared_v4(sA, k, tm * TM + 4 * g)
                     for q in range(4):
@@ -82,7 +82,7 @@ def make_vectorized(BM, BN, BK, TM, TN):
                     b = ld_shared_v4(sB, k, tn * TN + 4 * h)
                     for q in range(4):
                         rB[4 * h + q] = b[q]
-                for i in range(TM):
+                for i in range(TM):                 # ...feed TM * TN multiply-adds
                     for j in range(TN):
                         acc[i, j] += rA[i] * rB[j]
                 k += 1

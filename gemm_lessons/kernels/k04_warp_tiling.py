@@ -30,7 +30,7 @@ def make_warp_tiling(BM, BN, BK, WM, WN, TM, TN):
     LM = WM // TM                     # lanes down a warp tile
     LN = WN // TN                     # lanes across it
     WARPS_N = BN // WN
-    NT = tiles.threads
+    NT = tiles.threads                # threads per block: (BM/TM) x (BN/TN)
     KQ = BK // 4                      # float4s across a row of the A tile
     NQ = BN // 4                      # float4s across a row of the B tile
     PAD = 4                           # sA rows padded by 4 words: conflict-free transposed stores
@@ -42,8 +42,8 @@ def make_warp_tiling(BM, BN, BK, WM, WN, TM, TN):
     def warp_tiling(A, B, C, vec_c):
         sA = cuda.shared.array(SA, float32, alignment=SMEM_ALIGN)   # (k, m): A transposed
         sB = cuda.shared.array(SB, float32, alignment=SMEM_ALIGN)   # (k, n)
-        rA = cuda.local.array(TM, float32)
-        rB = cuda.local.array(TN, float32)
+        rA = cuda.local.array(TM, float32)          # a column of A's tile, in registers
+        rB = cuda.local.array(TN, float32)          # a row of B's tile, in registers
         acc = cuda.local.array((TM, TN), float32)
         M, N = C.shape
         K = A.shape[1]                 # A and B are float4-ready: widths multiples of 4
@@ -63,25 +63,25 @@ def make_warp_tiling(BM, BN, BK, WM, WN, TM, TN):
             for j in range(TN):
                 acc[i, j] = 0.0
         for k0 in range(0, K, BK):
-            for i in range(BM // A_ROWS):          # A tile: one float4 along k...
+            for i in range(BM // A_ROWS):         # the A tile (0 outside A)
                 r = ar + i * A_ROWS
                 if m0 + r < M and k0 + ac < K:
-                    v = ld_global_v4(A, m0 + r, k0 + ac)
+                    v = ld_global_v4(A, m0 + r, k0 + ac)    # one float4 along k...
                 else:
                     v = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
                 for q in range(4):                 # ...stored transposed: sA[k, m]
                     sA[ac + q, r] = v[q]
-            for i in range(BK // B_ROWS):          # B tile: float4 along n, stored as is
+            for i in range(BK // B_ROWS):         # the B tile (0 outside B)
                 r = br + i * B_ROWS
                 if k0 + r < KB and n0 + bc < NB:
-                    v = ld_global_v4(B, k0 + r, n0 + bc)
+                    v = ld_global_v4(B, k0 + r, n0 + bc)    # one float4 along n...
                 else:
                     v = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
-                st_shared_v4(sB, r, bc, v)
+                st_shared_v4(sB, r, bc, v)                 # ...stored as it is
             cuda.syncthreads()
             k = 0
-            while k < BK:
-                for g in range(TM // 4):           # TM/4 float4 loads of A's column k,
+            while k < BK:           # (a while loop: numba's range() adds bookkeeping here)
+                for g in range(TM // 4):           # TM/4 float4 loads of A's column k
                     a = ld_shared_v4(sA, k, am + g * 4 * LM)   # 4*LM rows apart
                     for q in range(4):
                         rA[4 * g + q] = a[q]
@@ -89,7 +89,7 @@ def make_warp_tiling(BM, BN, BK, WM, WN, TM, TN):
                     b = ld_shared_v4(sB, k, bn + h * 4 * LN)
                     for q in range(4):
                         rB[4 * h + q] = b[q]
-                for i in range(TM):
+                for i in range(TM):                 # ...feed TM * TN multiply-adds
                     for j in range(TN):
                         acc[i, j] += rA[i] * rB[j]
                 k += 1
@@ -128,7 +128,7 @@ def make_thread_tile(BM, BN, BK, WM, WN, TM, TN):
     LM = WM // TM                     # lanes down a warp tile
     LN = WN // TN                     # lanes across it
     WARPS_N = BN // WN
-    NT = tiles.threads
+    NT = tiles.threads                # threads per block: (BM/TM) x (BN/TN)
     KQ = BK // 4                      # float4s across a row of the A tile
     NQ = BN // 4                      # float4s across a row of the B tile
     PAD = 4                           # sA rows padded by 4 words: conflict-free transposed stores
@@ -187,29 +187,29 @@ def make_thread_tile(BM, BN, BK, WM, WN, TM, TN):
             for j in range(TN):
                 acc[i, j] = 0.0
         for k0 in range(0, K, BK):
-            for i in range(BM // A_ROWS):          # A tile: one float4 along k...
+            for i in range(BM // A_ROWS):         # the A tile (0 outside A)
                 r = ar + i * A_ROWS
                 if m0 + r < M and k0 + ac < K:
-                    v = ld_global_v4(A, m0 + r, k0 + ac)
+                    v = ld_global_v4(A, m0 + r, k0 + ac)    # one float4 along k...
                 else:
                     v = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
                 for q in range(4):                 # ...stored transposed: sA[k, m]
                     sA[ac + q, r] = v[q]
-            for i in range(BK // B_ROWS):          # B tile: float4 along n, stored as is
+            for i in range(BK // B_ROWS):         # the B tile (0 outside B)
                 r = br + i * B_ROWS
                 if k0 + r < KB and n0 + bc < NB:
-                    v = ld_global_v4(B, k0 + r, n0 + bc)
+                    v = ld_global_v4(B, k0 + r, n0 + bc)    # one float4 along n...
                 else:
                     v = (float32(0.0), float32(0.0), float32(0.0), float32(0.0))
-                st_shared_v4(sB, r, bc, v)
+                st_shared_v4(sB, r, bc, v)                 # ...stored as it is
             cuda.syncthreads()
             k = 0
-            while k < BK:         # two k per trip, by hand: numba has no "#pragma unroll"
+            while k < BK:           # (a while loop: numba's range() adds bookkeeping here)
                 load_fragments(sA, sB, k, am, bn, rA, rB, 0)
                 outer_product(rA, rB, 0, acc)
                 load_fragments(sA, sB, k + 1, am, bn, rA, rB, 1)
                 outer_product(rA, rB, 1, acc)
-                k += 2
+                k += 2            # two k per trip, by hand: numba has no "#pragma unroll"
             cuda.syncthreads()
         # C = acc. Row i of the thread tile is row i % 4 of its (i // 4)-th 4 x 4 block.
         if vec_c and m0 + BM <= M and n0 + BN <= N:
