@@ -98,7 +98,7 @@ def make_register_tiling(BM, BN, BK, WM, WN, TM, TN):
             st_shared_v4(sB, buf + br + i * B_ROWS, bc, (gB[i, 0], gB[i, 1], gB[i, 2], gB[i, 3]))
 
     # A tile is BK - 1 calls of k_step(j), j a constant (see unrolled), then the last step,
-    # in overlapped_tile. Every step loads the next k's fragments into one set of registers
+    # in tile(). Every step loads the next k's fragments into one set of registers
     # while it multiplies the other set (set j % 2 holds step j's).
     @cuda.jit(device=True, inline="always")
     def k_step(j, frag):
@@ -110,7 +110,7 @@ def make_register_tiling(BM, BN, BK, WM, WN, TM, TN):
     first_steps = unrolled(k_step, BK - 1)
 
     @cuda.jit(device=True, inline="always")
-    def overlapped_tile(A, B, sA, sB, buf, k0, ix, rowsA, colB, am, bn, gA, gB, rA, rB, acc):
+    def tile(A, B, sA, sB, buf, k0, ix, rowsA, colB, am, bn, gA, gB, rA, rB, acc):
         """The BK-deep tile at k0, in shared buffer ``buf`` (its first fragments loaded).
         Before the last step: the next tile (in registers since the previous tile) goes to
         the other buffer, the barrier, and the one after it starts loading from global memory;
@@ -170,10 +170,9 @@ def make_register_tiling(BM, BN, BK, WM, WN, TM, TN):
         cuda.syncthreads()
         load_fragments(sA, sB, 0, am, bn, rA, rB, 0)
         while k0 < K:             # two tiles per trip: buffers 0 and BK, both constants
-            overlapped_tile(A, B, sA, sB, 0, k0, ix, rowsA, colB, am, bn, gA, gB, rA, rB, acc)
+            tile(A, B, sA, sB, 0, k0, ix, rowsA, colB, am, bn, gA, gB, rA, rB, acc)
             if k0 + BK < K:
-                overlapped_tile(A, B, sA, sB, BK, k0 + BK, ix, rowsA, colB, am, bn, gA, gB,
-                                rA, rB, acc)
+                tile(A, B, sA, sB, BK, k0 + BK, ix, rowsA, colB, am, bn, gA, gB, rA, rB, acc)
             k0 += 2 * BK
         # C = acc. Row i of the thread tile is row i % 4 of its (i // 4)-th 4 x 4 block.
         if vec_c and m0 + BM <= M and n0 + BN <= N:
