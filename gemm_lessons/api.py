@@ -14,7 +14,7 @@ from . import registry as _registry
 from .common import dtype_name as _dt
 from .common import run_on_simulator
 
-__all__ = ["kernels", "auto_kernel", "matmul", "prepare", "Prepared", "gemm", "check", "check_anywhere", "runs_here", "bench", "show_source", "show_diff", "ACTIVATIONS"]
+__all__ = ["kernels", "auto_kernel", "matmul", "prepare", "Prepared", "gemm", "check", "check_anywhere", "runs_here", "bench", "show_source", "show_diff", "source_text", "ACTIVATIONS"]
 
 ACTIVATIONS = (None, "relu", "gelu", "leaky_relu")
 
@@ -542,7 +542,8 @@ def _source_of(obj):
     return inspect.getsource(obj)
 
 
-def _source_text(obj):
+def source_text(obj):
+    """The source :func:`show_source` prints (a registered name, or a function or kernel)."""
     if isinstance(obj, str):
         entry = _registry.get(obj)
         obj = entry.source if entry.source is not None else entry.launch
@@ -551,7 +552,7 @@ def _source_text(obj):
 
 def show_source(obj):
     """Print the source of a kernel (a registered name, or any function or kernel)."""
-    print(_source_text(obj))
+    print(source_text(obj))
 
 
 def show_diff(old, new, context=3):
@@ -559,7 +560,7 @@ def show_diff(old, new, context=3):
     their sources (registered names, or any functions or kernels): a step of a lesson shown
     as the lines it adds."""
     import difflib
-    a, b = _source_text(old).splitlines(), _source_text(new).splitlines()
+    a, b = source_text(old).splitlines(), source_text(new).splitlines()
     name = lambda o: o if isinstance(o, str) else getattr(o, "__name__", str(o))
     diff = list(difflib.unified_diff(a, b, name(old), name(new), n=context, lineterm=""))
     print("\n".join(diff) if diff else f"{name(old)} and {name(new)}: the same source")

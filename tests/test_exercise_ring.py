@@ -15,12 +15,13 @@ pytestmark = pytest.mark.skipif(engines.on_gpu(), reason="the exercises run on t
 ROWS, STAGES = 64, 3
 
 
-def _ring(release=True):
-    """A ring kernel made of the two given sides, or, with ``release=False``, of the given
-    producer and consumers that never arrive on empty."""
+def _ring(release=True, drain=False):
+    """A ring kernel: exercise 6's given producer warp (fill_ring) and consumers written
+    here (waiting on full, reading through add_row, and, unless ``release=False``,
+    releasing on empty); ``drain=True``: exercise 7's given consumers (drain_ring) instead."""
     fill_ring = checks.k06_fill_ring(ROWS, STAGES)
-    drain_ring = checks.k06_drain_ring(ROWS, STAGES)
     add_row = checks.k06_add_row(ROWS, STAGES)
+    consumers = checks.k06_drain_ring(ROWS, STAGES) if drain else None   # a kernel only names
 
     @cuda.jit
     def ring(tA, tx, y, M, K):
@@ -33,30 +34,35 @@ def _ring(release=True):
         k_tiles = (K + 63) // 64
         if tid == 0:
             for s in range(STAGES):
-                mb.mbarrier_init(full, s, 1)
+                mb.mbarrier_init(full, s, 32)      # the producer warp's 32 lanes arrive
                 mb.mbarrier_init(empty, s, ROWS)
             mb.fence_mbarrier_init()
         cuda.syncthreads()
-        if tid == 0:
-            fill_ring(sA, sx, full, empty, tA, tx, row0, k_tiles)
-        elif tid >= 32:
+        if tid < 32:
+            fill_ring(sA, sx, full, empty, tA, tx, row0, k_tiles, tid)
+        else:
             r = tid - 32
-            if release:
-                acc = drain_ring(sA, sx, full, empty, r, k_tiles)
+            if consumers is not None:
+                acc = consumers(sA, sx, full, empty, r, k_tiles)
             else:
                 acc = float32(0.0)
                 for kt in range(k_tiles):
                     mb.mbarrier_wait(full, kt % STAGES, (kt // STAGES) & 1)
                     acc += add_row(sA, sx, kt % STAGES, r)
+                    if release:
+                        mb.mbarrier_arrive(empty, kt % STAGES)
             if row0 + r < M:
                 y[row0 + r] = acc
     return ring
 
 
-def test_the_given_sides_make_a_ring_both_checks_accept():
-    ring = _ring()
-    assert checks.ex06_ring_consumer(ring).startswith("consumer loop: y = A @ x right on 3 ")
-    assert checks.ex06_ring_producer(ring).startswith("producer loop: y = A @ x right on 3 ")
+def test_the_given_producer_and_a_correct_consumer_loop_pass_exercise_6():
+    assert checks.ex06_ring_consumer(_ring()).startswith("consumer loop: y = A @ x right on 3 ")
+
+
+def test_exercise_6_refuses_exercise_7s_given_consumers():
+    with pytest.raises(checks.ExerciseError):
+        checks.ex06_ring_consumer(_ring(drain=True))
 
 
 def test_after_a_reported_deadlock_the_simulator_is_as_it_was():

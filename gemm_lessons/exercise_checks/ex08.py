@@ -30,13 +30,13 @@ def _time_once08(fn, quantiles=None, **kwargs):
 def ex08_tuned(tuned):
     """Lesson 08, exercise 1: configs, key, timer and a prune by K of the autotuner."""
     from ..kernels import k08_triton_autotune as k08
-    from .refusal import _in_package
+    from .refusal import in_package
     if any(tuned is getattr(k08, n, None) for n in ("matmul_autotuned",)):
         raise ExerciseError("my_tuned is the package's own autotuned kernel "
                             "(k08.matmul_autotuned): build yours with triton.autotune")
     prune = getattr(tuned, "early_config_prune", None)
     code = getattr(prune, "__code__", None)
-    if code is not None and _in_package(code):
+    if code is not None and in_package(code):
         raise ExerciseError(f"my_tuned prunes with the package's own {prune.__module__}."
                             f"{prune.__qualname__}: the package's code is no answer; give "
                             "prune_configs_by your own function (that is the exercise)")

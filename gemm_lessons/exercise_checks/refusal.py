@@ -21,7 +21,7 @@ _ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 _GUARDS = os.path.join(_ROOT, "exercise_checks", "guards.py")
 
 
-def _in_package(code):
+def in_package(code):
     path = os.path.abspath(code.co_filename)
     return path.startswith(_ROOT) and path != _GUARDS
 
@@ -54,7 +54,7 @@ def no_package_calls(what, allowed=()):
             return
         code = frame.f_code
         caller = frame.f_back
-        if (_in_package(code) and code not in allowed_codes and caller is not None
+        if (in_package(code) and code not in allowed_codes and caller is not None
                 and caller.f_globals.get("__name__") == "__main__"):
             found.append(_name(frame))
             raise refused()             # stops the call at once (and unsets the profiler)
@@ -77,7 +77,7 @@ def refuse_package_kernel(kernel, what):
         while hasattr(fn, attr) and getattr(fn, attr) is not fn:
             fn = getattr(fn, attr)
     code = getattr(fn, "__code__", None)
-    if code is not None and _in_package(code):
+    if code is not None and in_package(code):
         raise ExerciseError(
             f"{what} is the package's own {getattr(fn, '__module__', '')}."
             f"{getattr(fn, '__qualname__', getattr(fn, '__name__', '?'))}: the package's code "
@@ -106,7 +106,11 @@ def refuse_package_helpers(kernel, what, allowed=()):
         tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
     except (OSError, TypeError, SyntaxError):
         return
-    glb = getattr(fn, "__globals__", {})
+    glb = dict(getattr(fn, "__globals__", {}))
+    try:                       # names the kernel closes over (a kernel made in a function)
+        glb.update(inspect.getclosurevars(fn).nonlocals)
+    except (TypeError, ValueError):
+        pass
     ok = {id(a) for a in allowed} | {id(inspect.unwrap(a)) for a in allowed}
 
     def own(obj):
@@ -116,7 +120,7 @@ def refuse_package_helpers(kernel, what, allowed=()):
                 f = getattr(f, attr)
         c = getattr(f, "__code__", None)
         intrinsic = getattr(f, "__module__", "").startswith(INTRINSICS)
-        return (c is not None and _in_package(c) and not intrinsic and id(obj) not in ok
+        return (c is not None and in_package(c) and not intrinsic and id(obj) not in ok
                 and id(f) not in ok)
 
     def package_module(obj):

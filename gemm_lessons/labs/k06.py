@@ -36,7 +36,7 @@ from numba import cuda, float32
 from numba.types import float16
 
 from .. import engines, ptx
-from ..api import _source_text
+from ..api import source_text
 from ..common import run_on_simulator
 from ..ptx import (WMMA_SMEM_ALIGN, cp_async16, cp_async_commit_group,
                    cp_async_wait_group, f16_to_f32)
@@ -180,7 +180,7 @@ def _part(obj, start, end):
     """(first line's index, lines) of the part of ``obj``'s source from the first line that
     holds ``start`` (the first line if None) to the line before the next one that holds
     ``end`` (the last line if None)."""
-    lines = _source_text(obj).splitlines()
+    lines = source_text(obj).splitlines()
     name = obj if isinstance(obj, str) else getattr(obj, "__name__", str(obj))
     i = 0
     if start is not None:
