@@ -8,7 +8,7 @@ import torch
 from .. import harness
 from .guards import ExerciseError, run_answer
 from .refusal import no_package_calls, refuse_package_kernel
-from .products import ceil_div, check_product, sim_launch, small_suite
+from .products import ceil_div, check_product, launching, sim_launch, small_suite
 
 
 def _ref_k01():
@@ -89,13 +89,7 @@ def ex01_grid(launcher):
     (the package's) is refused."""
     kernel = _LaunchCounter(_ref_k01())
 
-    def run(a, b, c):
-        before = kernel.launches
-        launcher(kernel, a, b, c)
-        if kernel.launches == before:
-            raise ExerciseError("my_launcher did not launch the kernel it is given "
-                                "(kernel[grid, block](...)): the exercise is that launch, "
-                                "not another launcher's")
+    run = launching(launcher, kernel)
 
     report = check_product(run, "my_launcher", cases=small_suite(
         ("square", "rectangular", "ragged", "M=1", "N=1", "K=1")))

@@ -10,7 +10,7 @@ from .. import harness
 from .guards import ExerciseError, HINTS, run_answer
 from .audits import barrier_audit, nan_shared
 from .refusal import no_package_calls, refuse_package_kernel
-from .products import bind_numba, ceil_div, check_product, sim_launch, small_suite
+from .products import bind_numba, ceil_div, check_product, launching, sim_launch, small_suite
 
 
 def _numba_globals():
@@ -171,13 +171,7 @@ def ex02_launch(launcher, BM=16, BN=8):
 
     kernel = _LaunchRecorder(_rect_tiled(BM, BN, grid1d=True), inspect)
 
-    def run(a, b, c):
-        before = kernel.launches
-        launcher(kernel, a, b, c)
-        if kernel.launches == before:
-            raise ExerciseError("my_launcher did not launch the kernel it is given "
-                                "(kernel[grid, block](...)): the exercise is that launch, "
-                                "not another launcher's")
+    run = launching(launcher, kernel)
 
     with nan_shared():
         return str(check_product(run, "my_launcher", cases=small_suite(

@@ -100,3 +100,20 @@ def launched_kernels():
         yield seen
     finally:
         simkernel.FakeCUDAKernel.__call__ = real
+
+
+def launching(launcher, kernel, what="my_launcher"):
+    """``run(a, b, c)`` for :func:`check_product`: ``launcher(kernel, a, b, c)``, an
+    :class:`ExerciseError` where it did not launch ``kernel`` (an object with a ``launches``
+    count: the kernel the exercise hands out) but handed the work to another launcher."""
+    from .guards import ExerciseError
+
+    def run(a, b, c):
+        before = kernel.launches
+        launcher(kernel, a, b, c)
+        if kernel.launches == before:
+            raise ExerciseError(f"{what} did not launch the kernel it is given "
+                                "(kernel[grid, block](...)): the exercise is that launch, "
+                                "not another launcher's")
+    return run
+
