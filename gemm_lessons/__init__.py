@@ -4,6 +4,7 @@
     gl.backend()                                   # 'cuda' or 'simulator'
     gl.kernels()                                   # the registered kernels
     c = gl.matmul(a, b, kernel="k01_coalesced")    # a @ b with that kernel
+    c = gl.scaled_matmul(a8, b8, sa, sb, kernel="k11_fp8_rowwise")   # FP8 with scales
     p = gl.prepare("k07_triton_swizzle", a, b)     # the same, resolved once: c = p()
     print(gl.check("k01_coalesced"))               # the shape suite, on this engine
     print(gl.bench("k01_coalesced", 4096))         # against cuBLAS, on a GPU
@@ -19,12 +20,13 @@ _guard.check_platform()   # numba-cuda and triton installed? If not: what is mis
 from . import engines as _engines  # noqa: E402
 from .engines import EngineError, device, engine, select_engine
 from .api import (ACTIVATIONS, Prepared, UnsupportedDevice, auto_kernel, bench, check, check_anywhere, gemm,
-                  kernels, matmul, prepare, runs_here, show_diff, show_source)
+                  kernels, matmul, prepare, runs_here, scaled_matmul, show_diff, show_source)
 from .harness import CheckError
 
 __version__ = "0.1.0"
 
 __all__ = ["backend", "engine", "device", "select_engine", "kernels", "auto_kernel", "matmul",
+           "scaled_matmul",
            "prepare",
            "Prepared", "gemm",
            "check", "check_anywhere", "runs_here", "bench", "show_source", "show_diff", "CheckError", "EngineError", "UnsupportedDevice",

@@ -14,7 +14,7 @@ from . import registry as _registry
 from .common import dtype_name as _dt
 from .common import run_on_simulator
 
-__all__ = ["kernels", "auto_kernel", "matmul", "prepare", "Prepared", "gemm", "check", "check_anywhere", "runs_here", "bench", "show_source", "show_diff", "source_text", "ACTIVATIONS"]
+__all__ = ["kernels", "auto_kernel", "matmul", "scaled_matmul", "prepare", "Prepared", "gemm", "check", "check_anywhere", "runs_here", "bench", "show_source", "show_diff", "source_text", "ACTIVATIONS"]
 
 ACTIVATIONS = (None, "relu", "gelu", "leaky_relu")
 
@@ -470,6 +470,77 @@ def gemm(a, b, c=None, *, alpha=1.0, beta=0.0, bias=None, activation=None,
     return out if batched else out[0]
 
 
+SCALED_OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32,
+                     torch.float8_e4m3fn, torch.float8_e5m2)
+
+
+def _check_scale(what, s, want, a, why):
+    if not isinstance(s, torch.Tensor):
+        raise TypeError(f"{what} must be a torch.Tensor, got {type(s).__name__}")
+    if s.dtype != torch.float32:
+        raise TypeError(f"{what} has dtype {_dt(s.dtype)}: scales are float32")
+    if s.device != a.device:
+        raise ValueError(f"{what} is on {s.device} and a on {a.device}: put both on one device")
+    ok = (s.numel() == 1) if want == () else tuple(s.shape) == want
+    if not ok:
+        raise ValueError(f"{what} has shape {tuple(s.shape)}; this kernel takes {why}")
+
+
+def scaled_matmul(a, b, scale_a, scale_b, kernel="k11_fp8_rowwise", *,
+                  out_dtype=torch.bfloat16, out=None):
+    """``(a * scale_a) @ (b * scale_b)`` with an FP8 kernel of lesson 11, in ``out_dtype``.
+
+    ``a`` (M, K) and ``b`` (K, N): ``torch.float8_e4m3fn`` or ``torch.float8_e5m2`` (the same
+    for both), any strides. The scales are float32, their shape set by the kernel's
+    granularity (``gl.kernels()``: ``scales``):
+
+    * "tensor" (``k11_fp8_tensorwise``): one number each (shape () or one element);
+    * "row" (``k11_fp8_rowwise``, ``k11_fp8_rowwise_promoted``): ``scale_a`` (M, 1), one per
+      row of A; ``scale_b`` (1, N), one per column of B (as ``torch._scaled_mm``);
+    * "block" (``k11_fp8_blockwise``): ``scale_a`` (M, ceil(K / 128)), one per 1 x 128 block
+      of A; ``scale_b`` (ceil(K / 128), ceil(N / 128)), one per 128 x 128 block of B.
+
+    ``gemm_lessons.fp8.quantize`` makes operands and scales of every granularity. Returns a
+    new contiguous (M, N) tensor of ``out_dtype`` (bf16, fp16, fp32 or an FP8 dtype), or
+    writes into ``out``.
+    """
+    entry = _entry(kernel)
+    if entry.scaled is None:
+        scaled = [k.name for k in _registry.entries() if k.scaled is not None]
+        raise ValueError(f"{entry.name} takes no scales; kernels that do: {', '.join(scaled)}")
+    _validate(a, b, entry)
+    M, K = a.shape
+    N = b.shape[1]
+    from .fp8 import SCALE_BLOCK
+    kb, nb = -(-K // SCALE_BLOCK), -(-N // SCALE_BLOCK)
+    want = {"tensor": ((), (), "one float32 scale per operand (shape () or (1,))"),
+            "row": ((M, 1), (1, N), f"scale_a (M, 1) = ({M}, 1), one per row of A, and "
+                                    f"scale_b (1, N) = (1, {N}), one per column of B"),
+            "block": ((M, kb), (kb, nb), f"scale_a (M, ceil(K / {SCALE_BLOCK})) = ({M}, {kb}), "
+                                         f"one per 1 x {SCALE_BLOCK} block of A, and scale_b "
+                                         f"(ceil(K / {SCALE_BLOCK}), ceil(N / {SCALE_BLOCK})) = "
+                                         f"({kb}, {nb}), one per {SCALE_BLOCK} x {SCALE_BLOCK} "
+                                         "block of B")}[entry.scales]
+    _check_scale("scale_a", scale_a, want[0], a, want[2])
+    _check_scale("scale_b", scale_b, want[1], a, want[2])
+    if out is None:
+        if out_dtype not in SCALED_OUT_DTYPES:
+            raise TypeError(f"out_dtype {out_dtype}: choose one of "
+                            f"{', '.join(_dt(d) for d in SCALED_OUT_DTYPES)}")
+        out = torch.empty(M, N, dtype=out_dtype, device=a.device)
+    elif not isinstance(out, torch.Tensor) or out.dtype not in SCALED_OUT_DTYPES \
+            or tuple(out.shape) != (M, N) or out.device != a.device or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous ({M}, {N}) tensor on {a.device} of "
+                         f"{', '.join(_dt(d) for d in SCALED_OUT_DTYPES)}")
+    if entry.scales == "tensor":
+        scale_a, scale_b = scale_a.reshape(()), scale_b.reshape(())
+    from .guard import run as guarded   # on the simulator: a size warning, progress
+    per_row = entry.scales != "tensor"
+    guarded(entry, "gl.scaled_matmul", 1, M, N, K, lambda _, rows: entry.scaled(
+        a[rows], b, scale_a[rows] if per_row else scale_a, scale_b, out[rows]))
+    return out
+
+
 def _gemm_key(kernel, a, b, c, alpha, beta, bias, activation):
     """The kind of a gl.gemm call on a GPU (everything its checks and launcher decide on),
     or None where the call takes the full path every time (not on a GPU, arguments of other
@@ -531,6 +602,9 @@ def bench(kernel, M=4096, N=None, K=None, dtype=None, *, baseline=True, graph=Fa
     host's cost per call drops out): the fair comparison on products that take less time
     on the GPU than a call takes on the host."""
     entry = _registry.get(kernel)
+    if entry.scaled is not None:
+        raise ValueError(f"{entry.name} is an FP8 kernel: its baseline is torch._scaled_mm, "
+                         "not cuBLAS of the same dtype; time it with tools/sweep_fp8.py")
     return _harness.bench(_runner(entry), entry.name, M, N, K, dtype or entry.dtypes[0],
                           baseline=baseline, graph=graph)
 

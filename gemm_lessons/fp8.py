@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-__all__ = ["FORMATS", "Fp8Format", "fmt", "round_to", "values", "amax_scale", "quantize",
+__all__ = ["FORMATS", "Fp8Format", "SCALE_BLOCK", "fmt", "round_to", "values", "amax_scale", "quantize",
            "dequantize", "expand_scales", "activations", "weights", "rel_error",
            "ACC_BITS", "K_PER_INSTRUCTION", "limited_sum", "emulated_dot"]
 
@@ -65,6 +65,7 @@ FORMATS = {
     "e5m2": Fp8Format("e5m2", torch.float8_e5m2, 5, 2, 15, 57344.0, 2.0 ** -14, 2.0 ** -16),
 }
 _BY_DTYPE = {f.dtype: f for f in FORMATS.values()}
+SCALE_BLOCK = 128     # block scales: 1 x 128 of activations, 128 x 128 of weights (DeepSeek-V3)
 
 
 def fmt(which) -> Fp8Format:

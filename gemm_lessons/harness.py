@@ -26,7 +26,9 @@ __all__ = ["TOLERANCE", "Case", "shape_suite", "make_operands", "reference", "co
 # |C - ref| <= tol * (|A| @ |B|) (the natural scale of a dot product's rounding error).
 # fp32 SIMT kernels land near 1e-7 to 1e-6; fp16 and bf16 kernels accumulate in fp32 and
 # round the output to the input dtype: 2**-11 (fp16) and 2**-8 (bf16) per element at most.
-TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2}
+# FP8 kernels (lesson 11) return an FP8 C from gl.matmul: 2**-4 (e4m3) and 2**-3 (e5m2).
+TOLERANCE = {torch.float32: 1e-5, torch.float16: 1e-3, torch.bfloat16: 1e-2,
+             torch.float8_e4m3fn: 7e-2, torch.float8_e5m2: 1.3e-1}
 
 
 @dataclass(frozen=True)

@@ -154,7 +154,8 @@ def part_host(w, size=64):
         for _ in range(20):
             F.gelu(F.linear(x, W, bias))
         return host_ms(lambda: F.gelu(F.linear(x, W, bias)))
-    names = [e.name for e in registry.entries() if gl.runs_here(e.name)] + ["auto"]
+    names = [e.name for e in registry.entries() if gl.runs_here(e.name)
+             and e.scaled is None] + ["auto"]          # FP8 kernels: tools/sweep_fp8.py
     for name in names:
         entry = None if name == "auto" else registry.get(name)
         dtype = torch.float16 if entry is None or torch.float16 in entry.dtypes else torch.float32

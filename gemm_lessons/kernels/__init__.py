@@ -43,6 +43,13 @@ class Kernel:
     configuration everywhere; a kernel module that defines ``GPU_CONFIG``-like names must
     declare them here.
 
+    ``scaled(a, b, scale_a, scale_b, out)``, where the kernel takes FP8 operands with scales
+    (lesson 11): ``out = (a * scale_a) @ (b * scale_b)``, the scales float32 in the shapes
+    ``scales`` names ("tensor": (); "row": (M, 1) and (1, N); "block": (M, ceil(K / 128))
+    and (ceil(K / 128), ceil(N / 128))), validated by ``gl.scaled_matmul``; ``out`` a
+    contiguous (M, N) tensor of bf16, fp16, fp32 or an FP8 dtype. ``launch(a, b, c)`` is
+    then the product with every scale 1, C in the operands' dtype.
+
     ``simulator=False``: the kernel runs on a GPU only (a Gluon kernel: Triton's interpreter
     cannot run Gluon), so there is no simulator configuration to declare; off a GPU the API
     refuses it with a message naming the kernel to run instead.
@@ -63,6 +70,8 @@ class Kernel:
     configs: Optional[dict] = None      # {"gpu": ..., "simulator": ...}: see above
     step: int = 0                       # its place among the lesson's kernels (a climb's order)
     simulator: bool = True              # False: GPU only (Gluon: no interpreter runs it)
+    scaled: Optional[Callable] = None   # FP8 with scales: scaled(a, b, scale_a, scale_b, out)
+    scales: Optional[str] = None        # their granularity: "tensor", "row" or "block"
 
     def runs_on(self, cc) -> bool:
         """Whether a GPU of compute capability ``cc`` has every instruction the kernel uses."""

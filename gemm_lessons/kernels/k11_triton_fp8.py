@@ -1,0 +1,370 @@
+"""Lesson 11: the FP8 GEMM with scales, in Triton.
+
+An FP8 operand is a tensor of 8-bit values ``q`` and the scales ``s`` that bring them back
+to the real numbers: ``A ~ qa * sa`` and ``B ~ qb * sb`` (see :mod:`gemm_lessons.fp8`). The
+tensor cores multiply the FP8 values; the scales are applied around that product:
+
+1. ``tensorwise_kernel`` (**k11_fp8_tensorwise**): one scale per operand. ``C = (qa @ qb) *
+   sa * sb``: the K loop is lesson 07's, on FP8 tiles; the epilogue multiplies the fp32
+   accumulator by one number.
+2. ``rowwise_kernel`` (**k11_fp8_rowwise**): one scale per row of A (``sa``: (M, 1)) and per
+   column of B (``sb``: (1, N)). Row m of A and column n of B meet only in C[m, n], so the
+   scales still factor out of the sum over K: the epilogue multiplies each row of the tile
+   by its ``sa`` and each column by its ``sb``.
+3. ``blockwise_kernel`` (**k11_fp8_blockwise**): one scale per 1 x 128 block of A (a row,
+   128 K-values wide: ``sa`` is (M, ceil(K / 128))) and per 128 x 128 block of B (``sb``:
+   (ceil(K / 128), ceil(N / 128))), DeepSeek-V3's training recipe. The scales now change
+   along K, so they no longer factor out of the sum: each K-step's product is computed on its
+   own (``tl.dot`` from zero, in the tensor core's accumulator), multiplied by the scales of
+   its K block, and added into the fp32 accumulator on the CUDA cores. That addition is also
+   the *promotion*: the tensor core's accumulator never holds more than one K-step.
+4. ``rowwise_promoted_kernel`` (**k11_fp8_rowwise_promoted**): step 2 with
+   ``tl.dot(..., max_num_imprecise_acc=BLOCK_SIZE_K)``, which asks Triton to do the same
+   promotion for a kernel whose scales need none.
+
+Precision. On Hopper (sm_90), an FP8 ``wgmma`` adds its products into an accumulator that
+keeps about 14 significant bits, not fp32's 24 (measured by DeepSeek-V3 and SageAttention2;
+see :mod:`gemm_lessons.fp8`). ``tl.dot(a, b, acc)`` passes ``acc`` to the instruction, so
+the whole K loop accumulates at that precision (Triton's default for FP8 on sm_90:
+``max_num_imprecise_acc`` = 2**30, "never promote"). With ``max_num_imprecise_acc=N`` (N <=
+the dot's K), Triton's compiler gives the instruction a zeroed accumulator and adds it into
+``acc`` with fp32 additions after every N products (its lowering test: a 128-deep dot with
+N = 32 is four wgmma, each followed by fp32 adds). Steps 1 and 2 accumulate like cuBLAS's
+"fast accumulation"; steps 3 and 4 promote every K-step, as ``torch._scaled_mm`` does by
+default.
+
+Every shape and stride: as lesson 07 (rows and columns past the edge wrap around, loads are
+masked on K, the store on M and N; scale loads follow the wrapped rows and columns, so they
+stay in bounds). Offsets are 32-bit. Operands: ``torch.float8_e4m3fn`` or
+``torch.float8_e5m2``, the same for A and B; scales float32 with any strides; C in bf16, fp16
+or fp32 (or FP8, for the registry's plain ``a @ b``, see below). Needs compute capability
+8.9 (FP8 tensor cores: Ada, Hopper) on a GPU.
+
+Engines. Triton's interpreter runs these kernels on CPU tensors: it computes an FP8
+``tl.dot`` exactly (numpy products of the FP8 values, fp32 sums), so on the CPU the
+accumulator's reduced precision does not exist and ``max_num_imprecise_acc`` has no effect:
+:func:`gemm_lessons.fp8.emulated_dot` models it instead. The interpreter's conversion of fp32
+to FP8 is wrong for values beyond the format's range (it does not saturate), so there an FP8
+C is rounded by torch after the kernel.
+
+The registry's contract (``gl.matmul(a, b)``, ``gl.check``): ``c = a @ b`` with every scale
+1 and C in the operands' FP8 dtype, as ``torch._scaled_mm`` does without ``out_dtype``.
+The scaled product: ``gl.scaled_matmul(a, b, scale_a, scale_b, kernel=...)``.
+"""
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .. import engines
+from ..common import cdiv, dtype_name
+from ..fp8 import SCALE_BLOCK
+from . import Kernel
+from .k07_triton_swizzle import TileConfig, check_offsets, grouped_pid
+
+__all__ = ["tensorwise_kernel", "rowwise_kernel", "blockwise_kernel", "rowwise_promoted_kernel",
+           "FP8", "OUT_DTYPES", "SCALE_BLOCK", "GPU_CONFIG", "SIM_CONFIG", "GROUP_SIZE_M",
+           "config_for", "scale_shapes", "unit_scales", "scaled", "asm_job"]
+
+FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
+OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32) + FP8
+
+
+# ------------------------------------------------------------------ 1. one scale per tensor
+@triton.jit
+def tensorwise_kernel(
+        # pointers: the FP8 operands, C, and the two scales (one float32 each)
+        a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr,
+        M, N, K,
+        stride_am, stride_ak,
+        stride_bk, stride_bn,
+        stride_cm, stride_cn,
+        BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+        GROUP_SIZE_M: tl.constexpr,
+):
+    pid = tl.program_id(axis=0)
+    pid_m, pid_n = grouped_pid(pid, tl.cdiv(M, BLOCK_SIZE_M), tl.cdiv(N, BLOCK_SIZE_N),
+                               GROUP_SIZE_M)
+    offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
+    offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+
+    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        k_left = K - k * BLOCK_SIZE_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)   # FP8 tiles
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc)            # FP8 x FP8 on the tensor cores, fp32 out
+        a_ptrs += BLOCK_SIZE_K * stride_ak
+        b_ptrs += BLOCK_SIZE_K * stride_bk
+
+    # the epilogue: the scales factor out of the sum over K, one multiply per element
+    acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
+    offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
+             mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+
+
+# ------------------------------------------------------------------ 2. per row of A, per column of B
+@triton.jit
+def rowwise_kernel(
+        # pointers: the FP8 operands, C, and the scales: M of A's rows, N of B's columns
+        a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr,
+        M, N, K,
+        stride_am, stride_ak,
+        stride_bk, stride_bn,
+        stride_cm, stride_cn,
+        stride_sam, stride_sbn,
+        BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+        GROUP_SIZE_M: tl.constexpr,
+):
+    pid = tl.program_id(axis=0)
+    pid_m, pid_n = grouped_pid(pid, tl.cdiv(M, BLOCK_SIZE_M), tl.cdiv(N, BLOCK_SIZE_N),
+                               GROUP_SIZE_M)
+    offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
+    offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+
+    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        k_left = K - k * BLOCK_SIZE_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)   # FP8 tiles
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        acc = tl.dot(a, b, acc)            # FP8 x FP8 on the tensor cores, fp32 out
+        a_ptrs += BLOCK_SIZE_K * stride_ak
+        b_ptrs += BLOCK_SIZE_K * stride_bk
+
+    # the epilogue: row m's scale and column n's scale multiply C[m, n]
+    scale_a = tl.load(scale_a_ptr + offs_am * stride_sam)      # (BLOCK_SIZE_M,)
+    scale_b = tl.load(scale_b_ptr + offs_bn * stride_sbn)      # (BLOCK_SIZE_N,)
+    acc = acc * scale_a[:, None] * scale_b[None, :]
+    offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
+             mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+
+
+# ------------------------------------------------------------------ 3. block scales in the K loop
+@triton.jit
+def blockwise_kernel(
+        # pointers: the FP8 operands, C, and the scales of A's 1 x 128 and B's 128 x 128 blocks
+        a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr,
+        M, N, K,
+        stride_am, stride_ak,
+        stride_bk, stride_bn,
+        stride_cm, stride_cn,
+        stride_sam, stride_sak,            # scale_a: (M, ceil(K / 128))
+        stride_sbk, stride_sbn,            # scale_b: (ceil(K / 128), ceil(N / 128))
+        BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+        GROUP_SIZE_M: tl.constexpr,
+        SCALE_BLOCK: tl.constexpr,         # 128; BLOCK_SIZE_K divides it
+):
+    pid = tl.program_id(axis=0)
+    pid_m, pid_n = grouped_pid(pid, tl.cdiv(M, BLOCK_SIZE_M), tl.cdiv(N, BLOCK_SIZE_N),
+                               GROUP_SIZE_M)
+    offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
+    offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+    # each row's scales along K, each column's 128-wide block of B's scales
+    sa_ptrs = scale_a_ptr + offs_am * stride_sam                            # (BLOCK_SIZE_M,)
+    sb_ptrs = scale_b_ptr + (offs_bn // SCALE_BLOCK) * stride_sbn           # (BLOCK_SIZE_N,)
+
+    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        k_left = K - k * BLOCK_SIZE_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)   # FP8 tiles
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        partial = tl.dot(a, b)             # this K-step alone, in the tensor core's accumulator
+        kb = (k * BLOCK_SIZE_K) // SCALE_BLOCK                  # the K block of this step
+        scale_a = tl.load(sa_ptrs + kb * stride_sak)             # (BLOCK_SIZE_M,)
+        scale_b = tl.load(sb_ptrs + kb * stride_sbk)             # (BLOCK_SIZE_N,)
+        # promotion: the scaled partial sum joins the fp32 accumulator on the CUDA cores
+        acc += partial * scale_a[:, None] * scale_b[None, :]
+        a_ptrs += BLOCK_SIZE_K * stride_ak
+        b_ptrs += BLOCK_SIZE_K * stride_bk
+
+    offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
+             mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+
+
+# ------------------------------------------------------------------ 4. per row, promoted by Triton
+@triton.jit
+def rowwise_promoted_kernel(
+        # pointers: the FP8 operands, C, and the scales: M of A's rows, N of B's columns
+        a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr,
+        M, N, K,
+        stride_am, stride_ak,
+        stride_bk, stride_bn,
+        stride_cm, stride_cn,
+        stride_sam, stride_sbn,
+        BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+        GROUP_SIZE_M: tl.constexpr,
+):
+    pid = tl.program_id(axis=0)
+    pid_m, pid_n = grouped_pid(pid, tl.cdiv(M, BLOCK_SIZE_M), tl.cdiv(N, BLOCK_SIZE_N),
+                               GROUP_SIZE_M)
+    offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
+    offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+
+    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
+        k_left = K - k * BLOCK_SIZE_K
+        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)   # FP8 tiles
+        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        # at most BLOCK_SIZE_K products in the tensor core's accumulator, then an fp32 add
+        acc = tl.dot(a, b, acc, max_num_imprecise_acc=BLOCK_SIZE_K)
+        a_ptrs += BLOCK_SIZE_K * stride_ak
+        b_ptrs += BLOCK_SIZE_K * stride_bk
+
+    # the epilogue: row m's scale and column n's scale multiply C[m, n]
+    scale_a = tl.load(scale_a_ptr + offs_am * stride_sam)      # (BLOCK_SIZE_M,)
+    scale_b = tl.load(scale_b_ptr + offs_bn * stride_sbn)      # (BLOCK_SIZE_N,)
+    acc = acc * scale_a[:, None] * scale_b[None, :]
+    offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
+             mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+
+
+# ------------------------------------------------------------------ configurations
+# H200: 128 x 256 tiles 128 deep (one K-step is one 128-wide scale block; four 32-deep FP8
+# wgmma), 3 stages of (16 + 32) KB. tools/sweep_fp8.py times the alternatives.
+GPU_CONFIG = TileConfig(128, 256, 128, 8, 3)
+# the interpreter: 16 x 16 tiles 32 deep (FP8 dots need K >= 32 on a GPU, kept here), so a
+# 128-wide scale block spans four K-steps and the suite's shapes span several tiles
+SIM_CONFIG = TileConfig(16, 16, 32, 1, 1)
+GROUP_SIZE_M = 8
+
+
+def config_for():
+    """The tile configuration of this engine."""
+    return GPU_CONFIG if engines.on_gpu() else SIM_CONFIG
+
+
+def scale_shapes(granularity, M, N, K):
+    """The shapes of (scale_a, scale_b) a kernel of this granularity takes: "tensor" ((), ()),
+    "row" ((M, 1), (1, N)), "block" ((M, ceil(K / 128)), (ceil(K / 128), ceil(N / 128)))."""
+    if granularity == "tensor":
+        return (), ()
+    if granularity == "row":
+        return (M, 1), (1, N)
+    if granularity == "block":
+        kb = cdiv(K, SCALE_BLOCK)
+        return (M, kb), (kb, cdiv(N, SCALE_BLOCK))
+    raise ValueError(f"unknown scale granularity {granularity!r}")
+
+
+def unit_scales(granularity, M, N, K, device):
+    """Scales of 1 in the shapes of :func:`scale_shapes`: the registry's plain ``a @ b``."""
+    sa, sb = scale_shapes(granularity, M, N, K)
+    return (torch.ones(sa, dtype=torch.float32, device=device),
+            torch.ones(sb, dtype=torch.float32, device=device))
+
+
+def _launch(kernel, granularity, a, b, sa, sb, c, config):
+    M, K = a.shape
+    N = b.shape[1]
+    cfg = config or config_for()
+    if granularity == "block" and SCALE_BLOCK % cfg.BK:
+        raise ValueError(f"BK={cfg.BK} must divide the scale block ({SCALE_BLOCK}): a K-step "
+                         "may not straddle two scale blocks")
+    check_offsets(a, b, c)
+    scale_strides = (() if granularity == "tensor" else
+                     (sa.stride(0), sb.stride(1)) if granularity == "row" else
+                     (sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1)))
+    extra = {"SCALE_BLOCK": SCALE_BLOCK} if granularity == "block" else {}
+    grid = (cdiv(M, cfg.BM) * cdiv(N, cfg.BN),)
+    kernel[grid](a, b, c, sa, sb, M, N, K,
+                 a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
+                 *scale_strides,
+                 BLOCK_SIZE_M=cfg.BM, BLOCK_SIZE_N=cfg.BN, BLOCK_SIZE_K=cfg.BK,
+                 GROUP_SIZE_M=GROUP_SIZE_M, num_warps=cfg.num_warps,
+                 num_stages=cfg.num_stages, **extra)
+
+
+def scaled(kernel, granularity):
+    """The launcher of ``kernel``: ``launch(a, b, scale_a, scale_b, out, config=None)``
+    writes ``(a * scale_a) @ (b * scale_b)`` into ``out`` (arguments validated by
+    ``gl.scaled_matmul``)."""
+    def launch(a, b, scale_a, scale_b, out, config=None):
+        if out.dtype in FP8 and not engines.on_gpu():
+            # the interpreter's fp32 -> FP8 conversion does not saturate: round in torch
+            wide = torch.empty(out.shape, dtype=torch.float32, device=out.device)
+            _launch(kernel, granularity, a, b, scale_a, scale_b, wide, config)
+            top = torch.finfo(out.dtype).max
+            out.copy_(wide.clamp(-top, top))
+            return out
+        _launch(kernel, granularity, a, b, scale_a, scale_b, out, config)
+        return out
+    launch.__name__ = f"launch_{granularity}"
+    return launch
+
+
+def _plain(launch, granularity):
+    """The registry's ``launch(a, b, c)``: ``c = a @ b`` with every scale 1."""
+    def matmul(a, b, c):
+        sa, sb = unit_scales(granularity, a.shape[0], b.shape[1], a.shape[1], a.device)
+        return launch(a, b, sa, sb, c)
+    return matmul
+
+
+def asm_job(kernel, granularity, dtype=torch.float8_e4m3fn, *, config=None, cc=(9, 0),
+            size=4096, out_dtype=torch.bfloat16):
+    """The compilation of the GPU configuration for ``cc`` as a launch on contiguous
+    ``size``-cubed operands (A row-major, B column-major: ``W.t()``) would specialise it (for
+    :func:`gemm_lessons.triton_asm.compile_kernels`)."""
+    cfg = config or GPU_CONFIG
+    name = dtype_name(dtype)
+    args = {"a_ptr": name, "b_ptr": name, "c_ptr": dtype_name(out_dtype),
+            "scale_a_ptr": "float32", "scale_b_ptr": "float32", "M": size, "N": size,
+            "K": size, "stride_am": size, "stride_ak": 1, "stride_bk": 1, "stride_bn": size,
+            "stride_cm": size, "stride_cn": 1}
+    if granularity == "row":
+        args.update(stride_sam=1, stride_sbn=1)
+    if granularity == "block":
+        kb = cdiv(size, SCALE_BLOCK)
+        args.update(stride_sam=kb, stride_sak=1, stride_sbk=cdiv(size, SCALE_BLOCK),
+                    stride_sbn=1)
+    constants = {"BLOCK_SIZE_M": cfg.BM, "BLOCK_SIZE_N": cfg.BN, "BLOCK_SIZE_K": cfg.BK,
+                 "GROUP_SIZE_M": GROUP_SIZE_M}
+    if granularity == "block":
+        constants["SCALE_BLOCK"] = SCALE_BLOCK
+    return dict(fn=kernel, args=args, constants=constants, num_warps=cfg.num_warps,
+                num_stages=cfg.num_stages, cc=cc)
+
+
+_STEPS = [
+    ("k11_fp8_tensorwise", tensorwise_kernel, "tensor",
+     "FP8 (e4m3/e5m2) GEMM, one scale per operand applied in the epilogue"),
+    ("k11_fp8_rowwise", rowwise_kernel, "row",
+     "FP8 GEMM, a scale per row of A and per column of B, in the epilogue"),
+    ("k11_fp8_blockwise", blockwise_kernel, "block",
+     "FP8 GEMM, 1x128 (A) and 128x128 (B) block scales applied in the K loop, promoted to fp32"),
+    ("k11_fp8_rowwise_promoted", rowwise_promoted_kernel, "row",
+     "k11_fp8_rowwise with max_num_imprecise_acc=BLOCK_SIZE_K: fp32 promotion every K-step"),
+]
+
+KERNELS = [
+    Kernel(name, 11, "triton", FP8, summary, launch=_plain(scaled(fn, gran), gran),
+           source=fn, min_cc=(8, 9), in_ladder=False, step=i + 1,
+           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG},
+           scaled=scaled(fn, gran), scales=gran)
+    for i, (name, fn, gran, summary) in enumerate(_STEPS)
+]

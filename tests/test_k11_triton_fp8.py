@@ -1,0 +1,99 @@
+"""Lesson 11's FP8 kernels through gl.scaled_matmul: every granularity of scales, ragged
+shapes, strided operands, NaN-poisoned outputs, against float64 of the dequantized operands;
+and the errors bad arguments get. (gl.check of every kernel's plain a @ b: test_degenerate.)"""
+import pytest
+import torch
+
+import gemm_lessons as gl
+from gemm_lessons import fp8
+from gemm_lessons.kernels import k11_triton_fp8 as k11
+
+GRAN = {"k11_fp8_tensorwise": ("tensor", "tensor"), "k11_fp8_rowwise": ("row", "col"),
+        "k11_fp8_blockwise": ((1, 128), (128, 128)), "k11_fp8_rowwise_promoted": ("row", "col")}
+
+
+def _block(g):
+    return None if isinstance(g, str) else g
+
+
+def _operands(M, N, K, kernel, dtype=torch.float8_e4m3fn, b_layout="row", seed=0):
+    ga, gb = GRAN[kernel]
+    x = fp8.activations(M, K, seed=seed, outlier_channels=2)
+    w = fp8.weights(K, N, seed=seed + 1)
+    which = "e4m3" if dtype == torch.float8_e4m3fn else "e5m2"
+    qa, sa = fp8.quantize(x, ga, which)
+    if b_layout == "transposed":          # B = W.t() of a row-major (N, K) weight
+        qw, sw = fp8.quantize(w.t().contiguous(), (gb[1], gb[0]) if not isinstance(gb, str)
+                              else {"col": "row", "tensor": "tensor"}[gb], which)
+        qb, sb = qw.t(), sw.t()
+    else:
+        qb, sb = fp8.quantize(w, gb, which)
+    ref = (fp8.dequantize(qa, sa, _block(ga)).double()
+           @ fp8.dequantize(qb, sb, _block(gb)).double())
+    return qa, qb, sa.to(gl.device()), sb.to(gl.device()), ref
+
+
+@pytest.mark.parametrize("kernel", list(GRAN))
+@pytest.mark.parametrize("shape", [(37, 45, 300), (1, 20, 129), (70, 1, 33)])
+def test_scaled_product_matches_float64(kernel, shape):
+    M, N, K = shape
+    qa, qb, sa, sb, ref = _operands(M, N, K, kernel)
+    dev = gl.device()
+    out = torch.full((M, N), float("nan"), dtype=torch.float32, device=dev)
+    got = gl.scaled_matmul(qa.to(dev), qb.to(dev), sa, sb, kernel=kernel, out=out)
+    assert got is out and not torch.isnan(out).any(), "an element was never written"
+    assert fp8.rel_error(out.cpu(), ref) < 1e-5
+
+
+@pytest.mark.parametrize("kernel", ["k11_fp8_rowwise", "k11_fp8_blockwise"])
+def test_transposed_b_and_e5m2(kernel):
+    qa, qb, sa, sb, ref = _operands(33, 140, 160, kernel, b_layout="transposed")
+    assert qb.stride(0) == 1                                   # column-major B
+    got = gl.scaled_matmul(qa, qb, sa, sb, kernel=kernel, out_dtype=torch.float32)
+    assert fp8.rel_error(got, ref) < 1e-5
+    qa, qb, sa, sb, ref = _operands(20, 24, 70, kernel, dtype=torch.float8_e5m2)
+    got = gl.scaled_matmul(qa, qb, sa, sb, kernel=kernel, out_dtype=torch.bfloat16)
+    assert got.dtype == torch.bfloat16 and fp8.rel_error(got, ref) < 1e-2
+
+
+def test_fp8_output_saturates():
+    a = torch.full((16, 64), 448.0).to(torch.float8_e4m3fn)
+    b = torch.full((64, 16), 448.0).to(torch.float8_e4m3fn)
+    one = torch.ones((), dtype=torch.float32)
+    got = gl.scaled_matmul(a, b, one, one, kernel="k11_fp8_tensorwise",
+                           out_dtype=torch.float8_e4m3fn)
+    assert (got.float() == 448).all()
+
+
+def test_bad_arguments_are_named():
+    qa, qb, sa, sb, _ = _operands(20, 24, 70, "k11_fp8_rowwise")
+    with pytest.raises(ValueError, match=r"scale_a \(M, 1\) = \(20, 1\)"):
+        gl.scaled_matmul(qa, qb, sa.reshape(-1), sb, kernel="k11_fp8_rowwise")
+    with pytest.raises(ValueError, match=r"one per 128 x 128 block of B"):
+        gl.scaled_matmul(qa, qb, sa, sb, kernel="k11_fp8_blockwise")
+    with pytest.raises(TypeError, match="scales are float32"):
+        gl.scaled_matmul(qa, qb, sa.double(), sb, kernel="k11_fp8_rowwise")
+    with pytest.raises(TypeError, match="takes float8_e4m3fn, float8_e5m2"):
+        gl.scaled_matmul(qa.float(), qb.float(), sa, sb, kernel="k11_fp8_rowwise")
+    with pytest.raises(TypeError, match="differ in dtype"):
+        gl.scaled_matmul(qa, qb.to(torch.float8_e5m2), sa, sb, kernel="k11_fp8_rowwise")
+    with pytest.raises(ValueError, match="shapes do not match"):
+        gl.scaled_matmul(qa, qb[:-1], sa, sb, kernel="k11_fp8_rowwise")
+    with pytest.raises(ValueError, match="takes no scales"):
+        gl.scaled_matmul(qa, qb, sa, sb, kernel="k07_triton_swizzle")
+    with pytest.raises(TypeError, match="out_dtype"):
+        gl.scaled_matmul(qa, qb, sa, sb, kernel="k11_fp8_rowwise", out_dtype=torch.int32)
+    with pytest.raises(ValueError, match="must divide the scale block"):
+        block_a = fp8.quantize(fp8.activations(20, 70), (1, 128))[1]
+        k11.KERNELS[2].scaled(qa, qb, block_a, torch.ones(1, 1), torch.empty(20, 24),
+                              config=k11.TileConfig(16, 16, 48, 1, 1))
+
+
+def test_plain_matmul_is_the_product_with_unit_scales():
+    a = torch.randn(19, 40).to(torch.float8_e4m3fn)
+    b = torch.randn(40, 21).to(torch.float8_e4m3fn)
+    got = gl.matmul(a, b, kernel="k11_fp8_blockwise")
+    assert got.dtype == torch.float8_e4m3fn
+    want = (a.double() @ b.double()).clamp(-448, 448).to(torch.float8_e4m3fn)
+    assert (got.double() - want.double()).abs().max().item() <= 2 ** -4 * want.double().abs().max().item()
+    assert torch.equal(k11.unit_scales("block", 19, 21, 300, "cpu")[1], torch.ones(3, 1))
