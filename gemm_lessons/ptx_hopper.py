@@ -49,7 +49,8 @@ from ._ptx_plumbing import PTXUsageError, msg_literal, set_doc
 __all__ = ["SIMULATED", "MIN_CC", "ATOM_BYTES", "SWIZZLE_SMEM_ALIGN", "SMEM_ALIGN",
            "INSTRUCTIONS", "swizzle128",
            "swizzled_offset",
-           "acc_row_col", "wgmma_mma", "wgmma_store_d", "wgmma_fence", "wgmma_commit_group",
+           "acc_row_col", "wgmma_mma", "wgmma_store_d", "wgmma_store_d_swizzled",
+           "wgmma_fence", "wgmma_commit_group",
            "wgmma_wait_group", "fence_proxy_async"]
 
 SIMULATED = pl.SIMULATED
@@ -73,6 +74,9 @@ INSTRUCTIONS = {
     "wgmma_mma": ("wgmma.mma_async.sync.aligned.m64n{N}k16.f32.{f16|bf16}.{f16|bf16}",
                   (9, 0), "HGMMA.64x{N}x16.F32 (B N-major: .tnspB)"),
     "wgmma_store_d": ("st.f32 (one per accumulator, at constant offsets)", (9, 0), "STS / STG"),
+    "wgmma_store_d_swizzled": ("cvt.rn.{f16|bf16}x2.f32 + st.shared.b32 (two outputs per "
+                               "store, in the 128-byte swizzle)", (9, 0),
+                               "F2FP.F16.F32.PACK_AB + STS"),
     "wgmma_fence": ("wgmma.fence.sync.aligned", (9, 0), "WARPGROUP.ARRIVE"),
     "wgmma_commit_group": ("wgmma.commit_group.sync.aligned", (9, 0),
                            "(none: the group's last HGMMA carries gsb0)"),
@@ -241,8 +245,54 @@ if not SIMULATED:
                 builder.store(v, builder.gep(p0, [ir.Constant(I64, 8 * h * ld + 8 * j + e)]))
         return sig, codegen
 
+    @intrinsic_literal
+    def _wgmma_store_d_swizzled(typingctx, arr, idx, acc, N, alpha):
+        fn = "wgmma_store_d_swizzled"
+        pl.check_index(fn, arr, idx, "the destination")
+        kind = pl.half_kind(fn, arr.dtype, "the destination")
+        _check_acc(fn, acc)
+        n = pl.literal_int(fn, "N", N)
+        _check_n(fn, n)
+        if not isinstance(alpha, types.Float):
+            raise PTXUsageError(f"{fn}: alpha must be a float, got {alpha}")
+        sig = types.void(arr, idx, acc, N, alpha)
+
+        def codegen(context, builder, sig, args):
+            aty, ity, acc_ty, _, alty = sig.args
+            a, i, c, _, al = args
+            scale = context.cast(builder, al, alty, types.float32)
+            base = builder.addrspacecast(pl.elem_ptr(context, builder, aty, a, ity, i),
+                                         ir.IntType(8).as_pointer(3))
+            tid = builder.call(cgutils.get_or_insert_function(
+                builder.module, ir.FunctionType(I32, []), "llvm.nvvm.read.ptx.sreg.tid.x"),
+                [])
+            lane = builder.and_(tid, ir.Constant(I32, 31))
+            warp = builder.and_(builder.lshr(tid, ir.Constant(I32, 5)), ir.Constant(I32, 3))
+            q = builder.lshr(lane, ir.Constant(I32, 2))        # row in the 8-row atom
+            # byte of this thread's first pair: row 16 w + q, 4 bytes per lane of a quad
+            first = builder.add(builder.add(builder.mul(warp, ir.Constant(I32, 2048)),
+                                            builder.mul(q, ir.Constant(I32, 128))),
+                                builder.shl(builder.and_(lane, ir.Constant(I32, 3)),
+                                            ir.Constant(I32, 2)))
+            chunk = [builder.shl(builder.xor(q, ir.Constant(I32, jj)), ir.Constant(I32, 4))
+                     for jj in range(8)]                    # chunk jj of row q, swizzled
+            _, vals = _acc_values(context, builder, acc_ty, c, n // 2)
+            cvt = ir.InlineAsm(ir.FunctionType(I32, [F32, F32]),
+                               f"cvt.rn.{kind}x2.f32 $0, $1, $2;", "=r,f,f")
+            for k in range(0, n // 2, 2):     # elements k, k + 1: row q + 8 h, column 8 j + e
+                j, h = k // 4, (k // 2) % 2
+                lo = builder.fmul(vals[k], scale)
+                hi = builder.fmul(vals[k + 1], scale)
+                pair = builder.call(cvt, [hi, lo])            # the first operand: upper half
+                off = builder.add(builder.add(first, chunk[j % 8]),
+                                  ir.Constant(I32, (j // 8) * 8192 + h * 1024))
+                p = builder.gep(base, [builder.zext(off, I64)])
+                builder.store(pair, builder.bitcast(p, I32.as_pointer(3)))
+        return sig, codegen
+
     wgmma_mma = _wgmma_mma
     wgmma_store_d = _wgmma_store_d
+    wgmma_store_d_swizzled = _wgmma_store_d_swizzled
     wgmma_fence = _wgmma_fence
     wgmma_commit_group = _wgmma_commit_group
     wgmma_wait_group = _wgmma_wait_group
@@ -312,6 +362,32 @@ else:
             raise IndexError(f"{fn}: the 64 x {N} tile reaches outside the destination")
         d[flat] = c[:N // 2]
 
+    def wgmma_store_d_swizzled(arr, idx, acc, N, alpha):
+        fn = "wgmma_store_d_swizzled"
+        if not pl.is_int(N):
+            raise PTXUsageError(msg_literal(fn, "N", repr(N)))
+        _check_n(fn, N)
+        d, c = pl.as_numpy(arr, fn, "the destination"), pl.as_numpy(acc, fn, "acc")
+        kind = pl.half_kind(fn, d.dtype, "the destination")
+        if d.ndim != 1 or pl.is_global(arr):
+            raise PTXUsageError(f"{fn}: the destination must be a 1-D shared array")
+        start = pl.byte_offset(d, idx, fn, "the destination")
+        if start % 1024:
+            raise PTXUsageError(f"{fn}: the boxes must start 1024-byte aligned (the swizzle "
+                                f"is a function of the address), got byte {start}")
+        if start + 64 * 2 * N > d.nbytes:
+            raise IndexError(f"{fn}: the 64 x {N} tile reaches outside the destination")
+        r, col = acc_row_col(_thread() % 128, np.arange(N // 2))
+        v = c[:N // 2].astype(np.float32) * np.float32(alpha)
+        if kind == "f16":
+            with np.errstate(over="ignore"):
+                v = v.astype(np.float16)
+        else:
+            from .ptx import f32_to_bf16
+            v = np.array([f32_to_bf16(x) for x in v], np.int16)
+        byte = start + (col // 64) * 8192 + swizzled_offset(r * 128 + 2 * (col % 64))
+        d[byte // 2] = v.view(d.dtype)
+
     def wgmma_fence():
         pass
 
@@ -347,6 +423,15 @@ _DOCS = {
     by row, ``ldm`` (a constant) elements between rows: warpgroup-wide, like
     ``wmma_store_d``. The thread's place in its warpgroup is ``threadIdx.x % 128`` (1-D
     blocks). Every accumulator index is a constant, so they stay in registers.""",
+    "wgmma_store_d_swizzled": """wgmma_store_d_swizzled(arr, idx, acc, N, alpha): store
+    this thread's share of the 64 x N float32 accumulator tile, times ``alpha`` and rounded
+    to the 16-bit type ``arr`` holds (float16; int16 for bf16 bits), to shared ``arr[idx]``
+    onwards (1024-byte aligned) as N / 64 boxes of 64 x 64, one after the other (8192 bytes
+    each), in the 128-byte swizzle: the layout a TMA store reads through a map with that
+    swizzle (``ptx_tma.tma_store_2d``). Warpgroup-wide (the thread's place is
+    ``threadIdx.x % 128``). Two neighbouring outputs go in one 4-byte store, and the
+    swizzle puts the 8 rows a warp writes together in 8 different groups of banks: no bank
+    conflicts. PTX: ``cvt.rn.f16x2.f32`` (``bf16x2``), ``st.shared.b32``.""",
     "wgmma_fence": """wgmma_fence(): order this warpgroup's earlier register and shared-memory
     accesses before the wgmma instructions that follow. PTX ``wgmma.fence.sync.aligned``.""",
     "wgmma_commit_group": """wgmma_commit_group(): close the wgmma instructions issued since

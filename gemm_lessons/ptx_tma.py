@@ -1,5 +1,6 @@
 """Hopper's tensor memory accelerator (TMA) from numba: a 2-D tile copy from global to shared
-memory that one thread issues and an mbarrier counts in bytes.
+memory that one thread issues and an mbarrier counts in bytes, and the reverse, a tile stored
+from shared to global memory.
 
 ``cp.async`` (lessons 05-06) needs every thread of the block to compute an address and
 issue 16 bytes; a 128 x 64 fp16 tile takes 1024 such copies. A **TMA copy** moves the whole
@@ -22,12 +23,33 @@ and the 128 bytes are stored in a 64-byte-aligned device array that the kernel t
 argument (PTX allows a tensor map in global memory). In the simulator the same array holds
 the fields the emulation reads.
 
-Emulation: at issue the destination box is poisoned (every byte 0xFF: NaN in fp16 and
+The **store** goes the other way (:func:`tma_store_2d`): one thread hands a box of shared
+memory, in the map's layout, to the copy engine, which writes it to the operand at
+(``row``, ``col``), leaving out the parts of the box outside the operand (no masks for
+ragged edges). Nothing counts its bytes on an mbarrier; instead the issuing thread closes
+its stores into a *bulk group* (:func:`bulk_commit_group`) and later waits for its groups:
+:func:`bulk_wait_group_read` until the engine has *read* the shared memory (so it may be
+written again), :func:`bulk_wait_group` until the writes to global memory are done. The
+threads' writes to the box must be made visible to the engine first:
+``fence_proxy_async()`` (``fence.proxy.async.shared::cta``: the engine reads through the
+*async proxy*, not through the threads' view of shared memory), then a barrier, then one
+thread issues.
+
+Emulation of the load: at issue the destination box is poisoned (every byte 0xFF: NaN in fp16 and
 bf16), the box is read from the operand and queued; it lands, and its bytes complete on
 the mbarrier, at the latest moment the hardware allows: when every thread of the block
 waits. With ``ptx.cp_async_landing("random", seed)`` each queued copy instead lands at a
 random mbarrier operation after its issue. A consumer that reads a stage before waiting for
 its phase reads NaN, or the tile of an older phase.
+
+Emulation of the store: at issue the box's shared bytes are noted; the copy engine reads
+them, and writes the operand, at the wait that covers its group (the latest moment PTX
+allows). If they changed between issue and that wait, the kernel wrote shared memory the
+engine was allowed to be reading, a race on the GPU: the wait raises
+:class:`BulkStoreRace` naming the store. A block that ends with stores never waited for
+raises it too (the block's shared memory may be handed to the next block while the engine
+reads it). The simulator cannot see a missing ``fence_proxy_async`` (it has one view of
+shared memory).
 """
 from __future__ import annotations
 
@@ -39,10 +61,12 @@ import numpy as np
 from . import _ptx_plumbing as pl
 from . import ptx_mbarrier as mb
 from ._ptx_plumbing import PTXUsageError, set_doc
-from .ptx_hopper import swizzled_offset
+from .ptx_hopper import fence_proxy_async, swizzled_offset
 
 __all__ = ["SIMULATED", "MIN_CC", "INSTRUCTIONS", "BOX_COLS", "SWIZZLE_BYTES", "TensorMap",
-           "tensor_map_2d", "tma_addressable", "tma_load_2d"]
+           "tensor_map_2d", "tma_addressable", "tma_load_2d", "tma_store_2d",
+           "bulk_commit_group", "bulk_wait_group_read", "bulk_wait_group", "fence_proxy_async",
+           "BulkStoreRace"]
 
 SIMULATED = pl.SIMULATED
 MIN_CC = {"tma": (9, 0)}
@@ -56,7 +80,18 @@ INSTRUCTIONS = {
     "tma_load_2d": ("cp.async.bulk.tensor.2d.shared::cluster.global.tile"
                     ".mbarrier::complete_tx::bytes [dst], [map, {col, row}], [bar]", (9, 0),
                     "UTMALDG.2D"),
+    "tma_store_2d": ("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [map, {col, row}], "
+                     "[src]", (9, 0), "UTMASTG.2D"),
+    "bulk_commit_group": ("cp.async.bulk.commit_group", (9, 0), "UTMACMDFLUSH"),
+    "bulk_wait_group_read": ("cp.async.bulk.wait_group.read N", (9, 0), "DEPBAR.LE SB0, N"),
+    "bulk_wait_group": ("cp.async.bulk.wait_group N", (9, 0), "DEPBAR.LE SB0, N"),
+    "fence_proxy_async": ("fence.proxy.async.shared::cta", (9, 0), "FENCE.VIEW.ASYNC.S"),
 }
+
+
+class BulkStoreRace(RuntimeError):
+    """Shared memory that a TMA store was reading was written before the wait that lets it
+    be, or a block ended with stores never waited for (simulator only)."""
 
 
 # ================================================================================ host side
@@ -179,6 +214,54 @@ if not SIMULATED:
                 [I32, I64, I32, I32, I32])
         return types.void(dst, di, tmap, col, row, bars, bi), codegen
 
+    def _check_map(fn, tmap):
+        if not (isinstance(tmap, types.Array) and tmap.ndim == 1
+                and tmap.dtype in (types.int64, types.uint64)):
+            raise PTXUsageError(f"{fn}: tmap must be a tensor map's array (16 int64 words, "
+                                f"TensorMap.array), got {tmap}")
+
+    @intrinsic
+    def tma_store_2d(typingctx, tmap, col, row, src, si):
+        fn = "tma_store_2d"
+        _check_map(fn, tmap)
+        pl.check_index(fn, src, si, "the shared source")
+        pl.half_kind(fn, src.dtype, "the shared source")
+        if not (pl.is_int(col) and pl.is_int(row)):
+            raise PTXUsageError(f"{fn}: col and row must be integers, got {col}, {row}")
+
+        def codegen(context, builder, sig, args):
+            mty, cty, rty, sty, sity = sig.args
+            m, c, r, src_, six = args
+            ary = context.make_array(mty)(context, builder, value=m)
+            pl.asm_call(
+                builder, "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group "
+                "[$0, {$1, $2}], [$3];", "l,r,r,r,~{memory}",
+                [builder.ptrtoint(ary.data, I64), pl.as_i32(builder, c, cty),
+                 pl.as_i32(builder, r, rty),
+                 pl.smem_u32(builder, pl.elem_ptr(context, builder, sty, src_, sity, six))],
+                [I64, I32, I32, I32])
+        return types.void(tmap, col, row, src, si), codegen
+
+    bulk_commit_group = pl.barrier_op("bulk_commit_group", "cp.async.bulk.commit_group;")
+
+    def _bulk_wait(kind):
+        fn = "bulk_wait_group" + ("_read" if kind else "")
+
+        @pl.intrinsic_literal
+        def op(typingctx, n):
+            N = pl.literal_int(fn, "N", n)
+            if not 0 <= N <= 63:
+                raise PTXUsageError(f"{fn}: N must be from 0 to 63, got {N}")
+
+            def codegen(context, builder, sig, args):
+                pl.asm_call(builder, f"cp.async.bulk.wait_group{kind} {N};", "~{memory}")
+            return types.void(n), codegen
+        op.__name__ = fn
+        return op
+
+    bulk_wait_group_read = _bulk_wait(".read")
+    bulk_wait_group = _bulk_wait("")
+
 
 # ========================================================================= the simulator
 else:
@@ -276,6 +359,119 @@ else:
             _inflight.append(copy)
         _land_inflight(False)
 
+    # ------------------------------------------------------------------ the store
+    _bulk = {}         # issuing thread -> {"open": [stores], "groups": [[stores], ...]}
+
+    def _bulk_state():
+        th = threading.current_thread()
+        with _queue_lock:
+            return _bulk.setdefault(th, {"open": [], "groups": [],
+                                         "thread": int(getattr(th, "thread_id", -1))})
+
+    def _describe(st):
+        return (f"the TMA store of the {st['box_rows']} x {st['box_cols']} box at (row "
+                f"{st['row']}, col {st['col']}) issued by thread {st['thread']} from shared "
+                f"byte {st['off']}")
+
+    def _store_now(st):
+        """The copy engine reads the box from shared memory and writes the operand's part of
+        it; a BulkStoreRace if the box changed since the store was issued."""
+        now = st["view"][st["pos"]]
+        if not np.array_equal(now, st["data"]):
+            changed = int(np.count_nonzero(now != st["data"]))
+            raise BulkStoreRace(
+                f"{_describe(st)}: {changed} of its {now.size} shared bytes were written "
+                f"after the store was issued and before cp.async.bulk.wait_group.read let "
+                f"them be (bulk_wait_group_read before the scratch is written again, and a "
+                f"barrier after every thread's writes, before the store is issued)")
+        box = now.reshape(st["box_rows"], -1)
+        size, row, col = st["size"], st["row"], st["col"]
+        r0, r1 = max(row, 0), min(row + st["box_rows"], st["rows"])
+        c0, c1 = max(col, 0), min(col + st["box_cols"], st["cols"])
+        if r0 < r1 and c0 < c1:                 # the part inside the operand; none else
+            rb = st["row_bytes"]
+            span = (r1 - 1) * rb + c1 * size
+            g = pl.raw_view(st["addr"], span, np.uint8, (span,), (1,))
+            for r in range(r0, r1):
+                g[r * rb + c0 * size:r * rb + c1 * size] = \
+                    box[r - row, (c0 - col) * size:(c1 - col) * size]
+
+    def tma_store_2d(tmap, col, row, src, si):
+        fn = "tma_store_2d"
+        addr, size, cols, rows, row_bytes, box_cols, box_rows, swz = _decode(tmap, fn)
+        d = pl.as_numpy(src, fn, "the shared source")
+        if pl.is_global(src) or d.ndim != 1:
+            raise PTXUsageError(f"{fn}: the source must be a 1-D shared array")
+        if d.dtype.itemsize != size:
+            raise PTXUsageError(f"{fn}: the source holds {d.dtype}, the map "
+                                f"{size}-byte elements")
+        if not (pl.is_int(col) and pl.is_int(row)):
+            raise PTXUsageError(f"{fn}: col and row must be integers, got {col!r}, {row!r}")
+        col, row = int(col), int(row)
+        if (col * size) % 16:
+            raise PTXUsageError(f"{fn}: the box's first column must start on a 16-byte "
+                                f"boundary of the row (col x {size} bytes a multiple of 16), "
+                                f"got col = {col}")
+        off = pl.byte_offset(d, si, fn, "the shared source")
+        pl.check_aligned(fn, "the shared source", "byte offset in the array", 128, off)
+        nbytes = box_rows * box_cols * size
+        if off + nbytes > d.nbytes:
+            raise IndexError(f"{fn}: the {box_rows} x {box_cols} box at byte {off} runs past "
+                             f"the end of the shared array ({d.nbytes} bytes)")
+        pos = off + np.arange(nbytes)
+        if swz == SWIZZLE_BYTES:
+            pos = swizzled_offset(pos)
+        view = d.view(np.uint8)
+        state = _bulk_state()
+        state["open"].append(dict(view=view, pos=pos, data=view[pos].copy(), addr=addr,
+                                  size=size, rows=rows, cols=cols, row_bytes=row_bytes,
+                                  row=row, col=col, box_rows=box_rows, box_cols=box_cols,
+                                  off=off, thread=state["thread"]))
+
+    def bulk_commit_group():
+        state = _bulk_state()
+        state["groups"].append(state["open"])
+        state["open"] = []
+
+    def _wait(fn, n):
+        if not pl.is_int(n):
+            raise PTXUsageError(pl.msg_literal(fn, "N", repr(n)))
+        if not 0 <= n <= 63:
+            raise PTXUsageError(f"{fn}: N must be from 0 to 63, got {n}")
+        state = _bulk_state()
+        done = state["groups"][:len(state["groups"]) - n] if n else state["groups"]
+        state["groups"] = state["groups"][len(done):]
+        for group in done:
+            for st in group:
+                _store_now(st)
+
+    def bulk_wait_group_read(n):
+        _wait("bulk_wait_group_read", n)
+
+    def bulk_wait_group(n):
+        _wait("bulk_wait_group", n)
+
+    def _bulk_block_started():
+        with _queue_lock:
+            _bulk.clear()
+
+    def _bulk_block_finished():
+        with _queue_lock:
+            left = [(st, committed) for state in _bulk.values()
+                    for committed, stores in ((True, [s for g in state["groups"] for s in g]),
+                                              (False, state["open"]))
+                    for st in stores]
+            _bulk.clear()
+        if left:
+            st, committed = left[0]
+            how = ("never waited for (bulk_wait_group_read(0) before the block exits)"
+                   if committed else "never committed (bulk_commit_group) nor waited for")
+            raise BulkStoreRace(f"the block ended with {len(left)} TMA store(s) {how}: "
+                                f"{_describe(st)}; its shared memory may go to the next "
+                                f"block while the copy engine reads it")
+
+    sim_scheduler.add_hooks(_bulk_block_started, lambda live: None, _bulk_block_finished)
+
 set_doc(tma_load_2d, """tma_load_2d(dst, di, tmap, col, row, bars, bi): one thread starts
     copying the box of ``tmap`` (a :func:`tensor_map_2d` map's ``array``) whose first element
     is (``row``, ``col``) of the operand into shared ``dst[di]`` onwards (128-byte aligned;
@@ -286,3 +482,27 @@ set_doc(tma_load_2d, """tma_load_2d(dst, di, tmap, col, row, bars, bi): one thre
 
     PTX: ``cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes
     [dst], [tmap, {col, row}], [bar]`` (SASS ``UTMALDG.2D``); compute capability 9.0.""")
+
+set_doc(tma_store_2d, """tma_store_2d(tmap, col, row, src, si): one thread starts copying the
+    box of ``tmap`` (a :func:`tensor_map_2d` map's ``array``) from shared ``src[si]`` onwards
+    (128-byte aligned; 1024-byte aligned for the 128-byte swizzle, in whose layout the box
+    lies there, as a load would have left it) to the operand at (``row``, ``col``). The parts
+    of the box outside the operand are not written. Before it: every thread's writes to the
+    box made visible to the copy engine (``fence_proxy_async()``, then a barrier). After it:
+    :func:`bulk_commit_group`, then :func:`bulk_wait_group_read` before ``src`` is written
+    again.
+
+    PTX: ``cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [tmap, {col, row}], [src]``
+    (SASS ``UTMASTG.2D``); compute capability 9.0.""")
+set_doc(bulk_commit_group, """bulk_commit_group(): close this thread's TMA stores issued
+    since its last commit into one *bulk group*. PTX ``cp.async.bulk.commit_group``;
+    compute capability 9.0.""")
+set_doc(bulk_wait_group_read, """bulk_wait_group_read(N): wait until at most the ``N``
+    newest bulk groups of this thread still read their shared memory (``N`` a constant,
+    0 to 63): the shared memory of the older ones may be written again. Their writes to
+    global memory may still be under way. PTX ``cp.async.bulk.wait_group.read N``; compute
+    capability 9.0.""")
+set_doc(bulk_wait_group, """bulk_wait_group(N): wait until at most the ``N`` newest bulk
+    groups of this thread are incomplete (``N`` a constant, 0 to 63): the older ones have
+    read their shared memory and written global memory. PTX ``cp.async.bulk.wait_group N``;
+    compute capability 9.0.""")

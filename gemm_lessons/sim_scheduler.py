@@ -32,15 +32,18 @@ import numpy as np
 POLL_SECONDS = 2e-4
 JOIN_SECONDS = 60.0      # how long an aborted block's other threads get to stop
 
-_HOOKS = []              # (block_started(), stalled(live threads) -> None or an error)
+_HOOKS = []              # (block_started(), stalled(live threads) -> None or an error,
+                         #  block_finished() or None)
 
 
-def add_hooks(block_started, stalled):
-    """Register ``block_started()`` (called before a block's threads start) and
+def add_hooks(block_started, stalled, block_finished=None):
+    """Register ``block_started()`` (called before a block's threads start),
     ``stalled(live)`` (called when every live thread is blocked, not all at the
-    syncthreads; returns None if something can progress, else the deadlock error to raise)."""
-    if (block_started, stalled) not in _HOOKS:
-        _HOOKS.append((block_started, stalled))
+    syncthreads; returns None if something can progress, else the deadlock error to raise)
+    and ``block_finished()`` (called when every thread of a block has ended without an
+    error; it may raise what the block left undone)."""
+    if (block_started, stalled, block_finished) not in _HOOKS:
+        _HOOKS.append((block_started, stalled, block_finished))
 
 
 def _mbarrier_waiting(t):
@@ -53,7 +56,7 @@ def _run(self, grid_point, *args):
     def target():
         self._f(*args)
 
-    for started, _ in _HOOKS:
+    for started, _, _ in _HOOKS:
         started()
     threads = []
     for block_point in np.ndindex(*self._block_dim):
@@ -87,7 +90,7 @@ def _run(self, grid_point, *args):
                 t.syncthreads_blocked = False
                 t.syncthreads_event.set()
         elif waiting and blocked + waiting >= len(live):
-            for _, stalled in _HOOKS:            # some wait on an mbarrier: can any progress?
+            for _, stalled, _ in _HOOKS:         # some wait on an mbarrier: can any progress?
                 try:
                     err = stalled(live)          # (landing a copy may find it was wrong)
                 except Exception as exc:        # noqa: BLE001  (raised below, as it is)
@@ -99,6 +102,9 @@ def _run(self, grid_point, *args):
     for t in threads:
         if t.exception:
             raise t.exception[0].with_traceback(t.exception[1])
+    for _, _, finished in _HOOKS:
+        if finished is not None:
+            finished()
 
 
 def _stop_deadlocked(abort_all, err):

@@ -43,7 +43,7 @@ from ..ptx import (WMMA_SMEM_ALIGN, cp_async16, cp_async_commit_group,
 
 __all__ = ["copy_timeline", "column_sums", "column_sums_missing_wait",
            "column_sums_early_copy", "run_column_sums", "missing_wait_demo",
-           "early_copy_demo", "show_part", "show_diff_part"]
+           "early_copy_demo", "dropped_store_wait_demo", "show_part", "show_diff_part"]
 
 ROWS, COLS = 8, 64            # one tile: 8 rows of 64 halves, 64 chunks of 16 bytes
 TILE = ROWS * COLS
@@ -174,6 +174,31 @@ def early_copy_demo(seed=0):
     ``column_sums_early_copy``, on the simulator with copies landing at their wait and at
     random moments (seeded)."""
     return run_on_simulator("gemm_lessons.labs.k06:_early_copy_here", seed)
+
+
+def _dropped_store_wait_here():
+    from ..kernels import k06_tma_store
+    from ..ptx_tma import BulkStoreRace
+    a = torch.randn(64, 64, generator=torch.Generator().manual_seed(1)).half()
+    b = torch.randn(64, 72, generator=torch.Generator().manual_seed(2)).half()
+    found = {}
+    for bug in (None, "no_store_wait"):
+        out = torch.full((64, 72), float("nan"), dtype=torch.float16)
+        try:
+            k06_tma_store.run(a, b, None, out, bug=bug, blocks=1)
+            err = float((out.double() - a.double() @ b.double()).abs().max())
+            found[bug] = "correct" if err < 0.1 else "WRONG"
+        except BulkStoreRace as e:           # the simulator's thread prefix dropped
+            found[bug] = "BulkStoreRace: " + str(e).split(": ", 1)[-1]
+    return found
+
+
+def dropped_store_wait_demo():
+    """``{bug: what happened}`` for ``k06_tma_store`` and its variant that drops the wait for
+    the last tile's store before writing the scratch again (``bug='no_store_wait'``), on the
+    simulator: one block walks two tiles of a 64 x 72 product (K = 64), so the second tile's
+    epilogue writes the scratch the first tile's store reads."""
+    return run_on_simulator("gemm_lessons.labs.k06:_dropped_store_wait_here")
 
 
 def _part(obj, start, end):
