@@ -181,7 +181,8 @@ def dequantize(q, scale, block=None):
 
 
 # ------------------------------------------------------------------ data like a trained layer's
-def activations(rows, cols, *, seed=0, outlier_channels=4, outlier_size=40.0, dtype=torch.float32):
+def activations(rows, cols, *, seed=0, outlier_channels=4, outlier_size=100.0,
+                dtype=torch.float32):
     """Seeded (rows, cols) activations, like the input of a transformer's linear layer:
     heavy-tailed values (Student's t, 4 degrees of freedom), channels (columns) whose sizes
     spread over a decade, and ``outlier_channels`` channels about ``outlier_size`` times
