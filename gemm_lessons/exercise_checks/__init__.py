@@ -52,6 +52,7 @@ from .ex06 import (ex06_pipeline, ex06_budget, ex06_multistage, ex06_swizzle, ex
 from .ex07 import ex07_order, ex07_kernel, ex07_wave, ex07_program_of
 from .ex08 import ex08_tuned, ex08_grid, ex08_prune, ex08_tma
 from .ex09 import ex09_epilogue, ex09_batch, ex09_splitk, ex09_splitk_partial
+from .ex11 import ex11_pow2_scales, ex11_round_e4m3, ex11_promotion, ex11_scale_offsets, make_mma
 
 __all__ = ["ExerciseError", "time_limit", "barrier_audit", "pipeline_audit", "check_product",
            "HINTS", "ex01_kernel", "ex01_grid", "ex01_sectors", "ex01_traffic",
@@ -64,4 +65,6 @@ __all__ = ["ExerciseError", "time_limit", "barrier_audit", "pipeline_audit", "ch
            "ex06_swizzle", "ex06_descriptor", "k06_fill_ring", "k06_drain_ring", "k06_add_row",
            "ex06_ring_consumer", "ex06_ring_producer", "ex07_order", "ex07_kernel",
            "ex07_wave", "ex07_program_of", "ex08_tuned", "ex08_grid", "ex08_prune", "ex08_tma",
-           "ex09_epilogue", "ex09_batch", "ex09_splitk", "ex09_splitk_partial"]
+           "ex09_epilogue", "ex09_batch", "ex09_splitk", "ex09_splitk_partial",
+           "ex11_pow2_scales", "ex11_round_e4m3", "ex11_promotion", "ex11_scale_offsets",
+           "make_mma"]
