@@ -51,13 +51,63 @@ def ptx(name, cc=(8, 0)) -> str:
     return ptx_many([name], cc)[name]
 
 
+def _cache_dir():
+    """Where compiled PTX is kept between processes: ``$GEMM_LESSONS_CACHE/ptx``, else
+    ``~/.cache/gemm_lessons/ptx``."""
+    base = os.environ.get("GEMM_LESSONS_CACHE") or Path.home() / ".cache" / "gemm_lessons"
+    return Path(base) / "ptx"
+
+
+_DIGEST = []
+
+
+def _source_digest():
+    """One hash of every source file of the package and of the compiler's versions: a
+    kernel's PTX follows from them alone, so any edit makes every cached PTX stale."""
+    if not _DIGEST:
+        import hashlib
+        from importlib.metadata import version
+        h = hashlib.sha256()
+        for name in ("numba-cuda", "numba", "llvmlite"):
+            try:
+                h.update(f"{name} {version(name)};".encode())
+            except Exception:      # noqa: BLE001  (not installed under that name)
+                h.update(f"{name} ?;".encode())
+        root = Path(__file__).resolve().parent
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+        _DIGEST.append(h.hexdigest()[:24])
+    return _DIGEST[0]
+
+
 def ptx_many(names, cc=(8, 0)) -> dict:
     """{name: PTX} of registered numba kernels for compute capability ``cc``, compiled here
-    on a GPU, else in one child process with the simulator off (one NVVM start for all)."""
-    import json
+    on a GPU, else in one child process with the simulator off (one NVVM start for all).
+    Each PTX is kept on disk (:func:`_cache_dir`), keyed by the package's sources, so a
+    kernel compiles once until the package changes."""
     cc, names = _cc_tuple(cc), list(names)
     for name in names:
         registry.get(name)  # unknown names fail here, with the list of known ones
+    folder = _cache_dir()
+    path = {name: folder / f"{name}-sm{cc[0]}{cc[1]}-{_source_digest()}.ptx" for name in names}
+    out = {name: path[name].read_text() for name in names if path[name].is_file()}
+    todo = [name for name in names if name not in out]
+    if todo:
+        fresh = _compile_many(todo, cc)
+        for name, text in fresh.items():
+            try:        # write, then rename: a process reading at the same time sees all or none
+                folder.mkdir(parents=True, exist_ok=True)
+                tmp = path[name].with_suffix(f".{os.getpid()}.tmp")
+                tmp.write_text(text)
+                tmp.replace(path[name])
+            except OSError:
+                pass    # a read-only home: compile again next time
+        out.update(fresh)
+    return {name: out[name] for name in names}
+
+
+def _compile_many(names, cc):
+    import json
     if engines.engine().kind in ("cuda", "compile"):
         return {name: compile_here(name, cc) for name in names}
     env = {k: v for k, v in os.environ.items()
@@ -96,6 +146,24 @@ def ptxas_report(ptx_text, cc=(8, 0), warnings=False):
     if exe is None:
         return None
     cc = _cc_tuple(cc)
+    import hashlib
+    import json
+    key = hashlib.sha256(f"{exe} {cc} {warnings}\0{ptx_text}".encode()).hexdigest()[:32]
+    cached = _cache_dir() / f"ptxas-{key}.json"
+    if cached.is_file():
+        return json.loads(cached.read_text())
+    rep = _ptxas(exe, ptx_text, cc, warnings)
+    try:
+        cached.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(rep))
+        tmp.replace(cached)
+    except OSError:
+        pass
+    return rep
+
+
+def _ptxas(exe, ptx_text, cc, warnings):
     import tempfile
     with tempfile.TemporaryDirectory() as d:
         src = Path(d) / "k.ptx"

@@ -25,7 +25,8 @@ import sys
 
 __all__ = ["compile_kernel", "compile_kernels", "grep"]
 
-_PTR = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "int32": "*i32"}
+_PTR = {"float16": "*fp16", "bfloat16": "*bf16", "float32": "*fp32", "int32": "*i32",
+        "float8_e4m3fn": "*fp8e4nv", "float8_e5m2": "*fp8e5"}
 
 
 def _qualname(fn):
@@ -51,9 +52,10 @@ def _compile_here(qualname, args, constants, num_warps, num_stages, cc):
     names = list(fn.arg_names)
     signature, constexprs, attrs = {}, {}, {}
     for i, name in enumerate(names):
-        if name in constants:
+        if name in constants or name not in args:     # given, or its default
+            value = constants[name] if name in constants else fn.params[i].default
             signature[name] = "constexpr"
-            constexprs[(i,)] = constants[name]
+            constexprs[(i,)] = tuple(value) if isinstance(value, list) else value
             continue
         value = args[name]
         if isinstance(value, dict):                    # a TMA descriptor: dtype, block shape

@@ -182,3 +182,35 @@ def test_the_pruner_keeps_a_config_for_every_shape_and_dtype(dtype):
         for N, K in ((1, 1), (64, 16384), (4096, 4096), (14336, 4096)):
             kept = sk.prune_for_gpu(every, dtype, sk.m_bucket(M), N, K, sms=132)
             assert kept and all(c in wanted for c in kept), (M, N, K, dtype)
+
+
+def test_rows_of_8_halves_are_copied_16_bytes_at_a_time():
+    # K = 2520 and N = 4744 are multiples of 8 but not of 16. Triton proves divisibility by 16
+    # alone, so without DIV it loads such rows 2 bytes at a time and cannot pipeline them;
+    # the launcher's DIV says 8, and every copy is a 16-byte cp.async (A row-major,
+    # B = W.t() of an (N, K) weight, C row-major: as nn.Linear calls it)
+    import re
+    from gemm_lessons import triton_asm
+    M, N, K = 120, 4744, 2520
+    div = sk.aligned((K, N, K, 1, 1, K, N, 1), 2)
+    assert div == (8, 8, 8, 1, 1, 8, 8, 1)
+    assert sk.aligned((K + 1, N, 1, 4, 0, 3, N, 1), 2) == (1, 8, 1, 1, 8, 1, 8, 1)
+    job = sk.asm_job(sk.make_config(64, 128, 64, 4, 4, split_k=2), M=M, N=N, K=K)
+    job["args"].update(stride_bk=1, stride_bn=K)
+    job["constants"]["DIV"] = div
+    ptx = triton_asm.compile_kernels([job])[0]["ptx"]
+    assert "ld.global.b16" not in ptx
+    assert len(re.findall(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], 0x10", ptx)) >= 8
+
+
+@pytest.mark.parametrize("layout", ["row", "wt"])
+def test_sizes_that_are_multiples_of_8_compute_the_product(layout):
+    # the path where the launcher passes DIV = 8 for K, N and the strides
+    M, N, K = 5, 24, 40
+    a, b = harness.make_operands(M, N, K, torch.float16, seed=5,
+                                 b="transposed" if layout == "wt" else "row")
+    assert sk.aligned((K, N, *a.stride(), *b.stride()), 2)[:4] == (8, 8, 8, 1)
+    out = torch.full((M, N), float("nan"), dtype=a.dtype, device=a.device)
+    sk.matmul(a, b, out, config=small(2))
+    ok, rel, _ = harness.compare(out, harness.reference(a, b), a, b, torch.float16)
+    assert ok, rel

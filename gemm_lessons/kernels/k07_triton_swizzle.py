@@ -47,7 +47,7 @@ from ..common import NOMINAL_SMS, cdiv, dtype_name, grouped_order
 from . import Kernel
 
 __all__ = ["matmul_kernel", "grouped_pid", "grouped_order", "program_order", "first_wave",
-           "wave_traffic", "TileConfig", "config_for", "check_offsets", "operands", "matmul",
+           "wave_traffic", "TileConfig", "config_for", "check_offsets", "aligned", "operands", "matmul",
            "rowmajor", "asm_job", "asm"]
 
 
@@ -177,6 +177,14 @@ def check_offsets(*pairs):
             raise ValueError(f"an operand of shape {tuple(t.shape)} with strides "
                              f"{t.stride()} needs offsets beyond 2**31 elements: this "
                              "kernel uses 32-bit offsets; split the product")
+
+
+def aligned(values, itemsize):
+    """``DIV`` for a kernel that takes it: for each size or stride in ``values`` (elements),
+    the elements in 16 bytes (8 halves) where the value is a multiple of them, else 1. A 1
+    stays 1: Triton makes a unit stride a constant itself."""
+    unit = max(1, 16 // itemsize)
+    return tuple(unit if v % unit == 0 and v != 1 else 1 for v in values)
 
 
 def operands(a, b):

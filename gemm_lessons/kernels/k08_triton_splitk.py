@@ -29,7 +29,7 @@ import triton.language as tl
 from .. import engines, fastpath
 from ..common import cdiv, sm_count
 from . import Kernel
-from .k07_triton_swizzle import DTYPES, check_offsets, grouped_pid, operands
+from .k07_triton_swizzle import DTYPES, aligned, check_offsets, grouped_pid, operands
 from .k08_triton_autotune import (HOPPER, SMEM_LIMIT, cpu_timer, device_capability,
                                   smem_limit, stage_buffers)
 
@@ -56,7 +56,17 @@ def splitk_kernel(
         GROUP_SIZE_M: tl.constexpr,      # 1: row-major tile order; 8: grouped
         SPLIT_K: tl.constexpr,           # slices of K, one program each; 1: no split
         INPUT_PRECISION: tl.constexpr,   # "ieee" for fp32 (no TF32); "tf32" (ignored) otherwise
+        DIV: tl.constexpr = (1,) * 8,    # what K, N and the six strides are multiples of
 ):
+    # 0. Triton proves an integer argument a multiple of 16 when it is one, and no less: a
+    #    row of 8 * 315 halves is 16-byte aligned, but Triton cannot tell, and loads it 2
+    #    bytes at a time. The launcher checked (``aligned``); rewriting each value as
+    #    x // d * d (the same value) tells the compiler that d divides it.
+    K, N = K // DIV[0] * DIV[0], N // DIV[1] * DIV[1]
+    stride_am, stride_ak = stride_am // DIV[2] * DIV[2], stride_ak // DIV[3] * DIV[3]
+    stride_bk, stride_bn = stride_bk // DIV[4] * DIV[4], stride_bn // DIV[5] * DIV[5]
+    stride_cm, stride_cn = stride_cm // DIV[6] * DIV[6], stride_cn // DIV[7] * DIV[7]
+
     # 1. which tile of C this program computes (see grouped_pid)
     pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
@@ -125,7 +135,9 @@ def make_config(BM, BN, BK, num_warps, num_stages, split_k=1, group_size_m=8):
 # tiles (tl.dot pads a 16-row tile to the tensor cores' instruction shape), 128 deep where
 # the tile is short (fewer loop steps for the same shared memory), each with a few splits.
 # The families kept are those that were the fastest config, or within 3% of it, on some
-# shape of gemm_lessons.shapes.SHAPES_LLM (tools/sweep_shapes.py times all of them).
+# shape of gemm_lessons.shapes.SHAPES_LLM (tools/sweep_shapes.py times all of them); and
+# 8 to 32 slices of 64 x 64 tiles, for outputs of a few tiles over a long K (104 x 88 x
+# 17424 has 4 such tiles: split in 4 it runs 16 programs on 132 SMs).
 CONFIGS = [
     make_config(128, 256, 64, 8, 3),
     make_config(128, 256, 64, 8, 4),
@@ -133,7 +145,7 @@ CONFIGS = [
     make_config(128, 128, 64, 8, 4),
     make_config(64, 256, 64, 4, 4),
     *[make_config(64, 128, 64, 4, 4, split_k=s) for s in (1, 2, 4)],
-    make_config(64, 64, 128, 4, 4, split_k=4),
+    *[make_config(64, 64, 128, 4, 4, split_k=s) for s in (4, 8, 16, 32)],
     *[make_config(32, 64, 128, 4, 4, split_k=s) for s in (1, 2, 4)],
     *[make_config(16, 64, 128, 4, 4, split_k=s) for s in (1, 2, 4, 8)],
     *[make_config(16, 128, 128, 4, 4, split_k=s) for s in (1, 2, 4)],
@@ -324,9 +336,10 @@ def matmul(a, b, c, *, config=None, kernel=None):
     def grid(meta):
         return (cdiv(M, meta["BLOCK_SIZE_M"]) * cdiv(N, meta["BLOCK_SIZE_N"]), meta["SPLIT_K"])
 
-    kernel[grid](a, b, c, ws, counts, M, N, K, m_bucket(M),
-                 a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
-                 INPUT_PRECISION=precision, **meta)
+    strides = (a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1))
+    kernel[grid](a, b, c, ws, counts, M, N, K, m_bucket(M), *strides,
+                 INPUT_PRECISION=precision, DIV=aligned((K, N, *strides), a.element_size()),
+                 **meta)
     return c
 
 

@@ -29,7 +29,7 @@ from ..common import cdiv, sm_count
 from . import Kernel
 from . import k08_triton_splitk as k08s
 from . import k09_fused_epilogue as k09
-from .k07_triton_swizzle import DTYPES, check_offsets, grouped_pid, operands
+from .k07_triton_swizzle import DTYPES, aligned, check_offsets, grouped_pid, operands
 from .k09_epilogue import ACTIVATION_CODES, epilogue_in_halves
 
 __all__ = ["FUSED_CONFIGS", "fused_splitk_kernel", "fused_splitk_autotuned",
@@ -59,7 +59,16 @@ def fused_splitk_kernel(
         GROUP_SIZE_M: tl.constexpr,      # 1: row-major tile order; 8: grouped
         SPLIT_K: tl.constexpr,           # slices of K, one program each; 1: no split
         INPUT_PRECISION: tl.constexpr,   # "ieee" for fp32 (no TF32); "tf32" (ignored) otherwise
+        DIV: tl.constexpr = (1,) * 9,    # what K, N and seven strides are multiples of
 ):
+    # 0. what the launcher proved each size and stride a multiple of (lesson 08's split-K
+    #    kernel says why: Triton proves no less than 16 itself)
+    K, N = K // DIV[0] * DIV[0], N // DIV[1] * DIV[1]
+    stride_am, stride_ak = stride_am // DIV[2] * DIV[2], stride_ak // DIV[3] * DIV[3]
+    stride_bk, stride_bn = stride_bk // DIV[4] * DIV[4], stride_bn // DIV[5] * DIV[5]
+    stride_cm, stride_om = stride_cm // DIV[6] * DIV[6], stride_om // DIV[7] * DIV[7]
+    stride_on = stride_on // DIV[8] * DIV[8]
+
     # 1. which tile of C this program computes (see grouped_pid)
     pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
@@ -187,11 +196,14 @@ def fused_gemm(a, b, c, out, alpha=1.0, beta=0.0, bias=None, activation=None, *,
     ws, counts = (k08s.buffers(out.device, ws_elems, n_counters) if ws_elems else (out, out))
     c_args, bias_args = epilogue_args(c, bias, out, reads_c)
     grid = tiles_by_slices(M, N)
+    div = aligned((K, N, a.stride(0), a.stride(1), b.stride(0), b.stride(1), c_args[1],
+                   out.stride(0), out.stride(1)), a.element_size())
     kernel[grid](a, b, c_args[0], bias_args[0], out, ws, counts, M, N, K, k08s.m_bucket(M),
                  a.stride(0), a.stride(1), b.stride(0), b.stride(1), *c_args[1:],
                  bias_args[1], out.stride(0), out.stride(1), float(alpha), float(beta),
                  HAS_C=reads_c, HAS_BIAS=bias is not None,
-                 ACTIVATION=ACTIVATION_CODES[activation], INPUT_PRECISION=precision, **meta)
+                 ACTIVATION=ACTIVATION_CODES[activation], INPUT_PRECISION=precision,
+                 DIV=div, **meta)
     return out
 
 
