@@ -193,6 +193,7 @@ if not SIMULATED:
 # ================================================================ the simulator: emulation
 else:
     _lock = threading.Condition()
+    _NOT_STAGES = ("turn[",)     # barrier arrays that are not a ring's stages (k06_pingpong)
     _bars = {}           # address -> _Barrier (this block's barriers)
     _stall_hooks = []    # functions that may make progress when every thread waits
     _trace = []          # the events of record(), while one records
@@ -225,8 +226,9 @@ else:
                     f"{self.tx} transaction bytes outstanding")
 
         def where(self):
+            ring = self.name.endswith("]") and not self.name.startswith(_NOT_STAGES)
             return f"{self.kind} {self.name} (stage {self.name.rsplit('[', 1)[-1][:-1]})" \
-                if self.name.endswith("]") else f"{self.kind} {self.name}"
+                if ring else f"{self.kind} {self.name}"
 
     def _name_of(arr, idx):
         """'full[2]': the name the kernel gives the barrier array (read from the calling

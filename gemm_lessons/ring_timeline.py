@@ -11,7 +11,9 @@ for.
   phase; a copy completes ``copy_time`` steps after its issue. It depends on the order
   the barriers impose, not on how the simulator's threads happened to be scheduled, so the
   picture is the same on every run;
-* :func:`ring_plot` and :func:`timeline_plot` draw them.
+* :func:`ring_plot` and :func:`timeline_plot` draw them;
+* :func:`record_pingpong` and :func:`turns_plot` do the same for ``k06_pingpong``, whose two
+  consumers take turns: each consumer's K loops and epilogues on the logical clock.
 """
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ import matplotlib.pyplot as plt
 from .common import run_on_simulator
 
 __all__ = ["record_ring", "phase_table", "happens_before", "ring_plot", "timeline_plot",
-           "broken_ring"]
+           "broken_ring", "record_pingpong", "turns_plot"]
 
 PRODUCER, CONSUMERS = 0, (128, 256)     # threadIdx.x of the threads the pictures follow
 
@@ -174,5 +176,67 @@ def timeline_plot(events, copy_time=3):
     ax.set_xlabel("logical time (happens-before order: one step per barrier operation)")
     ax.set_title("Who waits on which barrier, when (recorded on the simulator; colour: "
                  "stage; v: a wait returns; o: an arrival)")
+    fig.tight_layout()
+    return fig
+
+
+def _record_pingpong(tiles, k_tiles):
+    import torch
+
+    from . import harness, ptx_mbarrier
+    from .kernels import k06_pingpong
+    a, b = harness.make_operands(64, 64 * tiles, 64 * k_tiles, torch.float16, seed=0)
+    out = torch.full((64, 64 * tiles), float("nan"), dtype=torch.float16)
+    with ptx_mbarrier.record() as events:
+        k06_pingpong.run(a, b, None, out, config=dict(BN=64, STAGES=4), blocks=1)
+    if not harness.compare(out, harness.reference(a, b), a, b, torch.float16)[0]:
+        raise RuntimeError("the recorded run computed a wrong product")
+    keep = {PRODUCER, *CONSUMERS, -1}
+    return [dict(e) for e in events if e["thread"] in keep]
+
+
+def record_pingpong(tiles=4, k_tiles=3):
+    """The barrier events of ``k06_pingpong`` on one block that walks ``tiles`` tiles of
+    64 x 64, each of ``k_tiles`` k-tiles, recorded on the simulator (the product is
+    checked): the producer's thread, the first thread of each consumer, the copy engine."""
+    return run_on_simulator("gemm_lessons.ring_timeline:_record_pingpong", tiles, k_tiles)
+
+
+def consumer_spans(events, copy_time=3):
+    """{consumer thread: [(tile, K loop start, K loop end, epilogue end)]} on the logical
+    clock of :func:`happens_before`: a K loop from the wait for the consumer's turn to its
+    arrival on the other's turn; the epilogue up to its second named barrier."""
+    t = happens_before(events, copy_time)
+    spans = {}
+    for c in CONSUMERS:
+        mine = sorted((e for e in events if e["thread"] == c), key=lambda e: e["seq"])
+        waits = [e for e in mine if e["op"] == "wait" and e["barrier"].startswith("turn")]
+        hands = [e for e in mine if e["op"] == "arrive" and e["barrier"].startswith("turn")]
+        named = [e for e in mine if e["kind"] == "named barrier"]
+        spans[c] = [(2 * n + (c == CONSUMERS[1]), t[w["seq"]], t[h["seq"]],
+                     t[named[2 * n + 1]["seq"]] + 1)
+                    for n, (w, h) in enumerate(zip(waits, hands))]
+    return spans
+
+
+def turns_plot(events, copy_time=3):
+    """Each consumer's K loops (the tensor cores are its) and epilogues on the logical
+    clock: the K loops alternate, and each epilogue lies under the other consumer's K
+    loop."""
+    spans = consumer_spans(events, copy_time)
+    fig, ax = plt.subplots(figsize=(11, 2.6))
+    for row, c in enumerate(CONSUMERS):
+        y = 1 - row
+        for tile, k0, k1, e1 in spans[c]:
+            ax.barh(y, k1 - k0, left=k0, height=0.5, color="tab:blue", alpha=0.7)
+            ax.barh(y, e1 - k1, left=k1, height=0.5, color="tab:orange", alpha=0.7)
+            ax.text((k0 + k1) / 2, y, f"tile {tile}: K loop", ha="center", va="center",
+                    fontsize=7, color="white")
+            ax.text((k1 + e1) / 2, y + 0.34, "epilogue", ha="center", fontsize=7)
+    ax.set_yticks([1, 0], ["consumer 0", "consumer 1"])
+    ax.set_ylim(-0.6, 1.7)
+    ax.set_xlabel("logical time (happens-before order: one step per barrier operation)")
+    ax.set_title("k06_pingpong on the simulator: the K loops take turns (blue), each "
+                 "epilogue (orange) under the other's K loop")
     fig.tight_layout()
     return fig

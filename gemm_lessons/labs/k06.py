@@ -43,7 +43,8 @@ from ..ptx import (WMMA_SMEM_ALIGN, cp_async16, cp_async_commit_group,
 
 __all__ = ["copy_timeline", "column_sums", "column_sums_missing_wait",
            "column_sums_early_copy", "run_column_sums", "missing_wait_demo",
-           "early_copy_demo", "dropped_store_wait_demo", "show_part", "show_diff_part"]
+           "early_copy_demo", "dropped_store_wait_demo", "broken_turn_demo", "show_part",
+           "show_diff_part"]
 
 ROWS, COLS = 8, 64            # one tile: 8 rows of 64 halves, 64 chunks of 16 bytes
 TILE = ROWS * COLS
@@ -199,6 +200,27 @@ def dropped_store_wait_demo():
     simulator: one block walks two tiles of a 64 x 72 product (K = 64), so the second tile's
     epilogue writes the scratch the first tile's store reads."""
     return run_on_simulator("gemm_lessons.labs.k06:_dropped_store_wait_here")
+
+
+def _broken_turn_here():
+    from ..kernels import k06_pingpong
+    from ..ptx_mbarrier import MbarrierDeadlock
+    a = torch.randn(70, 64, generator=torch.Generator().manual_seed(1)).half()
+    b = torch.randn(64, 72, generator=torch.Generator().manual_seed(2)).half()
+    out = torch.full((70, 72), float("nan"), dtype=torch.float16)
+    try:
+        k06_pingpong.run(a, b, None, out, bug="turn_parity", blocks=1)
+    except MbarrierDeadlock as err:
+        return f"{type(err).__name__}: {err}"
+    return "no deadlock"
+
+
+def broken_turn_demo():
+    """What the simulator says when ``k06_pingpong``'s first consumer waits for its first
+    turn with parity 0 (``bug='turn_parity'``), on one block that walks four tiles of a
+    70 x 72 product: the deadlock's message (on a GPU, from a simulator child process: the
+    real kernel would hang)."""
+    return run_on_simulator("gemm_lessons.labs.k06:_broken_turn_here")
 
 
 def _part(obj, start, end):
