@@ -18,9 +18,10 @@ VECTOR = STEPS[2:]                      # the float4 steps
 sim_only = pytest.mark.skipif(engines.on_gpu(), reason="runs the simulator")
 
 
-def test_the_lesson_registers_seven_steps_in_order():
+def test_the_lesson_registers_eight_steps_in_order():
     assert STEPS == ["k04_1d_tiling", "k04_2d_tiling", "k04_vectorized", "k04_warp_tiling",
-                     "k04_thread_tile", "k04_double_buffer", "k04_register_tiling"]
+                     "k04_thread_tile", "k04_prefetch", "k04_double_buffer",
+                     "k04_register_tiling"]
     assert [k.name for k in gl.kernels() if k.lesson == 4] == STEPS
 
 
@@ -148,10 +149,54 @@ def test_scalar_steps_then_128_bit_loads(ptx):
 def test_barriers_per_tile(ptx):
     """Single buffer: two barriers per tile. Double buffer: one per tile, two tiles per trip.
     Overlapped: one per tile, and one before the loop."""
-    for name in STEPS[:5]:
+    for name in STEPS[:6]:
         assert _count(ptx[name], "bar.sync") == 2, name
     assert _count(ptx["k04_double_buffer"], "bar.sync") == 2
     assert _count(ptx["k04_register_tiling"], "bar.sync") == 3
+
+
+def test_the_next_tile_is_loaded_before_the_math(ptx):
+    """k04_thread_tile stores each loaded float4 at once, before the barrier and the math;
+    from k04_prefetch on, the next tile's global loads are issued after the barrier, before
+    the math, and stored only after it."""
+    assert lab.memory_order(ptx["k04_thread_tile"])[-4:] == [
+        "st.shared", "bar.sync", "math", "bar.sync"]
+    assert lab.memory_order(ptx["k04_prefetch"]) == [
+        "ld.global", "st.shared", "bar.sync", "ld.global", "math", "bar.sync"]
+    assert lab.memory_order(ptx["k04_double_buffer"])[3:] == [
+        "ld.global", "math", "st.shared", "bar.sync", "ld.global", "math"]
+
+
+# The diffs lesson 04 shows a part at a time (labs.k04.show_diff_part): the parts together
+# are the whole diff, and no part is longer than a screen.
+DIFF_PARTS = {
+    ("k04_2d_tiling", "k04_vectorized"): ["for k0 in range"],
+    ("k04_vectorized", "k04_warp_tiling"): ["for k0 in range"],
+    ("k04_warp_tiling", "k04_thread_tile"): ["sA = cuda.shared.array(SA"],
+    ("k04_thread_tile", "k04_prefetch"): ["@cuda.jit(**launch_bounds"],
+    ("k04_prefetch", "k04_double_buffer"): ["@cuda.jit(**launch_bounds", "m0 = cuda.blockIdx.y"],
+    ("k04_double_buffer", "k04_register_tiling"): ["def tile(", "sA = cuda.shared.array(SA"],
+}
+
+
+def _printed(fn, *args):
+    import contextlib
+    import io
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        fn(*args)
+    return out.getvalue().splitlines()
+
+
+@pytest.mark.parametrize("old, new", sorted(DIFF_PARTS))
+def test_diff_parts_make_the_whole_diff_a_screen_each(old, new):
+    changed = lambda lines: [l for l in lines if l[:1] in "+-" and l[:3] not in ("+++", "---")]
+    marks = [None] + DIFF_PARTS[old, new] + [None]
+    parts = [_printed(lab.show_diff_part, old, new, a, b) for a, b in zip(marks, marks[1:])]
+    # the same lines added and removed (a part may align a moved blank line differently)
+    assert sorted(l for p in parts for l in changed(p)) == \
+        sorted(changed(_printed(gl.show_diff, old, new)))
+    assert max(len(p) for p in parts) <= 65, [len(p) for p in parts]
 
 
 def test_overlapped_loop_is_written_out(ptx):

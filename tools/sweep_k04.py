@@ -4,6 +4,8 @@ configurations against cuBLAS SGEMM (TF32 off), in one process.
     python tools/sweep_k04.py                 # everything (a few minutes on an H200)
     python tools/sweep_k04.py --quick         # registered kernels only
     python tools/sweep_k04.py --only t8x16    # configurations whose name contains "t8x16"
+    python tools/sweep_k04.py --quick --kernels k04_prefetch \
+        --csv gemm_lessons/results/h200_ladder.csv   # record these kernels' rows (others kept)
     python tools/sweep_k04.py --ncu           # one launch of each lesson-03/04 kernel, for ncu:
 
     ncu --metrics l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,\\
@@ -18,11 +20,14 @@ What it does:
    per SM they allow;
 3. times everything at 4096 and 8192 (fp32) with CUDA events, cuBLAS (TF32 off) timed
    before and after each size's kernels in the same process (the ratio uses their mean);
-4. prints the table last: TFLOP/s and the ratio to cuBLAS (> 1: faster than cuBLAS).
+4. prints the table last: TFLOP/s and the ratio to cuBLAS (> 1: faster than cuBLAS);
+5. with ``--csv``, writes the registered kernels' rows into that results CSV (the rows of
+   other kernels and sizes stay), as ``python -m gemm_lessons ladder`` records them.
 """
 from __future__ import annotations
 
 import argparse
+import platform
 import re
 import sys
 import time
@@ -109,7 +114,8 @@ def time_one(run, a, b, out, slow):
 
 
 NCU_KERNELS = ["k03_bank_conflicts", "k03_padded", "k04_2d_tiling", "k04_vectorized",
-               "k04_warp_tiling", "k04_thread_tile", "k04_double_buffer", "k04_register_tiling"]
+               "k04_warp_tiling", "k04_thread_tile", "k04_prefetch", "k04_double_buffer",
+               "k04_register_tiling"]
 
 
 def ncu_mode():
@@ -122,7 +128,8 @@ def ncu_mode():
         torch.cuda.synchronize()
         log(f"launched {name} at {n}")
     print("kernel names in ncu: column_walk (k03, PAD=0 first, then PAD=1), tiling_2d, "
-          "vectorized, warp_tiling, thread_tile, double_buffer, register_tiling; each appears "
+          "vectorized, warp_tiling, thread_tile, prefetch, double_buffer, register_tiling; each "
+          "appears "
           "twice (compile launch + timed launch)")
     for name in NCU_KERNELS:
         gl.matmul(a, b, name, out=out)
@@ -135,7 +142,14 @@ def main():
     ap.add_argument("--only", default=None, help="k04 configs whose name contains this")
     ap.add_argument("--ncu", action="store_true", help="launch each kernel once, for ncu")
     ap.add_argument("--sizes", type=int, nargs="*", default=list(SIZES))
+    ap.add_argument("--kernels", nargs="*", default=None,
+                    help="registered kernels to check and time (default: lessons 02-04's)")
+    ap.add_argument("--csv", default=None,
+                    help="write the registered kernels' rows into this results CSV")
     args = ap.parse_args()
+    unknown = sorted(set(args.kernels or ()) - set(LESSON_KERNELS))
+    if unknown:
+        sys.exit(f"not a lesson 02-04 kernel: {', '.join(unknown)}")
     if gl.engine().kind != "cuda":
         sys.exit("this sweep needs a CUDA GPU (it times kernels against cuBLAS)")
     import numba
@@ -146,7 +160,7 @@ def main():
         return ncu_mode()
 
     # 1. registered kernels on the shape suite
-    names = [] if args.only else list(LESSON_KERNELS)
+    names = [] if args.only else list(args.kernels or LESSON_KERNELS)
     for name in list(names):
         t = time.time()
         try:
@@ -179,7 +193,7 @@ def main():
     # 3. timings
     runs = [(n, (lambda n: lambda a, b, out: gl.matmul(a, b, n, out=out))(n), n in SLOW)
             for n in names] + runs
-    rows = []
+    rows, recorded = [], []
     for size in args.sizes:
         a, b = harness.make_operands(size, size, size)
         out = torch.empty(size, size, device="cuda")
@@ -199,6 +213,7 @@ def main():
         for name, ms in times:
             rows.append((name, size, ms, harness.tflops(size, size, size, ms),
                          harness.tflops(size, size, size, base), base / ms))
+            recorded.append((name, size, ms, base))
         del a, b, out, ref
         torch.cuda.empty_cache()
 
@@ -215,7 +230,26 @@ def main():
                 best[size] = (name, ratio)
     for size, (name, ratio) in sorted(best.items()):
         print(f"best at {size}: {name} ({ratio:.2f}x cuBLAS)")
+    if args.csv:
+        write_rows(args.csv, [r for r in recorded if r[0] in names])
     log("done")
+
+
+def write_rows(path, recorded):
+    """Merge (kernel, size, ms, cuBLAS ms) rows of registered kernels into a results CSV."""
+    from importlib import metadata
+    from gemm_lessons import registry, results
+    versions = {"python": platform.python_version()}
+    for pkg in ("torch", "triton", "numba", "numba-cuda", "numpy"):
+        try:
+            versions[pkg] = metadata.version(pkg)
+        except metadata.PackageNotFoundError:
+            versions[pkg] = "not installed"
+    new = [results.row(name, registry.get(name).lesson, torch.float32, n, n, n, ms, base,
+                       device=gl.engine().device_name, versions=versions)
+           for name, n, ms, base in recorded]
+    kept = results.merge_csv(path, new)
+    log(f"wrote {len(new)} rows to {path} ({kept} other rows kept)")
 
 
 if __name__ == "__main__":

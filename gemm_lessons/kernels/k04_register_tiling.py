@@ -1,4 +1,4 @@
-"""Lesson 04, step 7: the overlapped main loop - the finished SIMT kernel.
+"""Lesson 04, step 8: the overlapped main loop - the finished SIMT kernel.
 
 ``k04_register_tiling`` is ``k04_double_buffer`` with the main loop CUTLASS's SIMT GEMM
 uses. numba has no ``#pragma unroll`` and LLVM does not unroll a loop of TM x TN
@@ -206,7 +206,7 @@ def register_tiling(a, b, c, **cfg):
 # ------------------------------------------------------------- lesson 04's registry entries
 # (here, in the order a learner meets them; the step modules hold no entries of their own)
 from . import FP32, Kernel  # noqa: E402
-from .k04_double_buffer import double_buffer, make_double_buffer  # noqa: E402
+from .k04_double_buffer import double_buffer, make_double_buffer, make_prefetch, prefetch  # noqa: E402
 from .k04_tiles import GPU_CONFIGS, SIM_CONFIGS, SIG, SIG_VEC  # noqa: E402,F401
 from .k04_tiling import make_1d_tiling, make_2d_tiling, tiling_1d, tiling_2d  # noqa: E402
 from .k04_vectorized import make_vectorized, vectorized  # noqa: E402
@@ -233,7 +233,9 @@ _STEPS = [
      warp_tiling, make_warp_tiling, SIG_VEC),
     ("k04_thread_tile", "an 8 x 16 register tile per thread, two fragment sets, launch bounds",
      thread_tile, make_thread_tile, SIG_VEC),
-    ("k04_double_buffer", "two shared buffers: the next tile loaded while this one is multiplied",
+    ("k04_prefetch", "the next tile loaded into registers while this one is multiplied",
+     prefetch, make_prefetch, SIG_VEC),
+    ("k04_double_buffer", "two shared buffers: one barrier per tile",
      double_buffer, make_double_buffer, SIG_VEC),
     ("k04_register_tiling", "the overlapped main loop: the finished SIMT GEMM",
      register_tiling, make_register_tiling, SIG_VEC),

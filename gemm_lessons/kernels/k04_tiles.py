@@ -23,6 +23,7 @@ SIM_CONFIGS = {
     "k04_vectorized": dict(BM=32, BN=32, BK=8, TM=4, TN=4),
     "k04_warp_tiling": dict(BM=64, BN=64, BK=8, WM=64, WN=32, TM=8, TN=8),
     "k04_thread_tile": dict(BM=64, BN=128, BK=8, WM=64, WN=64, TM=8, TN=16),
+    "k04_prefetch": dict(BM=64, BN=128, BK=8, WM=64, WN=64, TM=8, TN=16),
     "k04_double_buffer": dict(BM=64, BN=128, BK=8, WM=64, WN=64, TM=8, TN=16),
     "k04_register_tiling": dict(BM=64, BN=128, BK=8, WM=64, WN=64, TM=8, TN=16),
 }
@@ -34,6 +35,7 @@ GPU_CONFIGS = {
     "k04_warp_tiling": dict(BM=128, BN=128, BK=8, WM=64, WN=32, TM=8, TN=8),
     # 8 warps of 64 x 64, 8 x 16 outputs per thread (256 threads, one block per SM)
     "k04_thread_tile": dict(BM=128, BN=256, BK=8, WM=64, WN=64, TM=8, TN=16),
+    "k04_prefetch": dict(BM=128, BN=256, BK=8, WM=64, WN=64, TM=8, TN=16),
     "k04_double_buffer": dict(BM=128, BN=256, BK=8, WM=64, WN=64, TM=8, TN=16),
     "k04_register_tiling": dict(BM=128, BN=256, BK=8, WM=64, WN=64, TM=8, TN=16),
 }

@@ -3,6 +3,9 @@ a launch of any lesson-04 kernel traced in the simulator (bank counters, loop ev
 
     from gemm_lessons.labs import k04
     print(k04.unpadded_failure())      # the launcher without its copy: misaligned address
+
+The lesson reads its longer diffs a part at a time with :func:`show_diff_part` (and a part
+of a source with :func:`show_part`), the same functions as lesson 06's lab.
 """
 from __future__ import annotations
 
@@ -15,6 +18,7 @@ from ..common import run_on_simulator
 from ..occupancy import occupancy as occupancy_of
 from ..common import cdiv
 from ..kernels import k04_tiles
+from .k06 import show_diff_part, show_part  # noqa: F401  (the lesson reads diffs in parts)
 
 RAGGED = harness.Case("ragged", 21, 24, 19, hint="K % 4 != 0: rows of A not 16-byte aligned")
 
@@ -109,3 +113,22 @@ def occupancy(registers, smem_bytes, threads, cc=(9, 0)):
     o = occupancy_of(registers, smem_bytes, threads, cc)
     return dict(by=o.caps, blocks=o.blocks, warps=o.warps, limit=o.limiter,
                 occupancy=o.fraction)
+
+
+_ORDER = [("ld.global", r"\bld\.global"), ("st.shared", r"\bst\.shared"),
+          ("bar.sync", r"\bbar\.sync"), ("math", r"\b(?:ld\.shared|fma\.rn)"),
+          ("st.global", r"\bst\.global")]
+
+
+def memory_order(ptx_text):
+    """The order of a kernel's memory instructions and barriers in its PTX, up to its first
+    store to C: each line classed as ld.global, st.shared, bar.sync or math (shared loads
+    and FMAs), a run of lines of one class written once."""
+    seq = []
+    for line in ptx_text.splitlines():
+        kind = next((k for k, pat in _ORDER if re.search(pat, line)), None)
+        if kind == "st.global":
+            break
+        if kind is not None and (not seq or seq[-1] != kind):
+            seq.append(kind)
+    return seq
