@@ -22,6 +22,7 @@ needs_hopper = pytest.mark.skipif(not HOPPER, reason="TMA needs compute capabili
 sim_only = pytest.mark.skipif(not SIM, reason="a race is caught by the simulator only")
 
 BOX = 64 * 64                      # one 64 x 64 fp16 box
+TWO_BOXES, FOUR_BOXES = 2 * BOX, 4 * BOX    # shared array sizes (numba wants constants)
 ALIGN = None if SIM else 1024
 swizzle = ptx_hopper.swizzle128
 
@@ -35,7 +36,7 @@ def make_store(boxes=1, wait=0, overwrite=-1, final=True):
 
     @cuda.jit
     def store(tmap, row, col, src):
-        tile = cuda.shared.array(2 * BOX, float16, alignment=ALIGN)
+        tile = cuda.shared.array(TWO_BOXES, float16, alignment=ALIGN)
         t = cuda.threadIdx.x
         for j in range(boxes):
             for c in range(64):
@@ -128,12 +129,14 @@ def test_the_store_refuses_what_the_gpu_refuses():
 def make_acc_store(N):
     """A warpgroup's accumulators set to acc[i] = 1000 r + c (their place in the 64 x N
     tile), stored times alpha by wgmma_store_d_swizzled, then by TMA, box by box."""
+    NACC, BOXES = N // 2, N // 64
+
     @cuda.jit
     def acc_store(tmap, alpha):
-        tile = cuda.shared.array(4 * BOX, float16, alignment=ALIGN)
-        acc = cuda.local.array(N // 2, float32)
+        tile = cuda.shared.array(FOUR_BOXES, float16, alignment=ALIGN)
+        acc = cuda.local.array(NACC, float32)
         t = cuda.threadIdx.x
-        for i in range(N // 2):
+        for i in range(NACC):
             w, lane = t // 32, t % 32
             j, h, e = i // 4, (i // 2) % 2, i % 2
             acc[i] = 1000.0 * (16 * w + lane // 4 + 8 * h) + 8 * j + 2 * (lane % 4) + e
@@ -141,7 +144,7 @@ def make_acc_store(N):
         fence_proxy_async()
         cuda.syncthreads()
         if t == 0:
-            for j in range(N // 64):
+            for j in range(BOXES):
                 tma_store_2d(tmap, 64 * j, 0, tile, j * BOX)
             bulk_commit_group()
             bulk_wait_group(0)
