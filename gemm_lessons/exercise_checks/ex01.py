@@ -6,9 +6,10 @@ from collections import defaultdict
 import torch
 
 from .. import harness
-from .guards import ExerciseError, run_answer
+from .guards import ExerciseError, HINTS, run_answer
 from .refusal import no_package_calls, refuse_package_kernel
-from .products import ceil_div, check_product, launching, sim_launch, small_suite
+from .products import (LaunchRecorder, ceil_div, check_product, launch_dims, launching,
+                       sim_launch, small_suite)
 
 
 def _ref_k01():
@@ -86,28 +87,43 @@ def ex01_kernel(kernel):
 def ex01_grid(launcher):
     """Lesson 01, exercise 2: the launcher, run with a correct kernel (independent of
     exercise 1), which it must launch itself: a launcher that hands the work to another
-    (the package's) is refused."""
-    kernel = _LaunchCounter(_ref_k01())
+    (the package's) is refused. Its block and grid are looked at before each launch, so that
+    a transposed block, swapped grid axes or a grid rounded down are named as such."""
+    def inspect(config, args):
+        grid, block = launch_dims(config[0]), launch_dims(config[1])
+        M, N = args[2].shape
+        if block != (32, 8, 1):
+            why = ("the block is transposed: 32 threads along x (the columns, one warp), 8 "
+                   "along y (the rows)" if block[:2] == (8, 32)
+                   else "the kernel expects blocks of 32 x 8 threads (x: columns, y: rows)")
+            raise ExerciseError(f"M={M}, N={N}: the block is {block[:2]}: {why}")
+        need = (ceil_div(N, 32), ceil_div(M, 8), 1)
+        if grid == need:
+            return
+        if grid[:2] == need[1::-1] and need[0] != need[1]:
+            why = ("the grid's axes are swapped: blockIdx.x counts the blocks along the "
+                   "columns (N / 32 of them), blockIdx.y along the rows (M / 8)")
+        elif grid[:2] == (ceil_div(M, 32), ceil_div(N, 8)) and M != N:
+            why = ("M and N swapped: x counts blocks of 32 columns, ceil(N / 32), and y "
+                   "blocks of 8 rows, ceil(M / 8)")
+        elif grid[:2] == (N // 32, M // 8) or grid[:2] == (max(N // 32, 1), max(M // 8, 1)):
+            why = ("integer division rounds down: a partial block at the edge needs a block "
+                   "too (round up: (N + 31) // 32)")
+        elif grid[0] >= need[0] and grid[1] >= need[1]:
+            return                          # more blocks than needed: the kernel's mask copes
+        else:
+            why = f"{need[0]} blocks along x (columns) and {need[1]} along y (rows) cover C"
+        raise ExerciseError(f"M={M}, N={N}: the grid is {grid[:2]}: {HINTS['grid']}: {why}"
+                            if grid[0] < need[0] or grid[1] < need[1]
+                            else f"M={M}, N={N}: the grid is {grid[:2]}: {why}")
+
+    kernel = LaunchRecorder(_ref_k01(), inspect)
 
     run = launching(launcher, kernel)
 
     report = check_product(run, "my_launcher", cases=small_suite(
         ("square", "rectangular", "ragged", "M=1", "N=1", "K=1")))
     return str(report)
-
-
-class _LaunchCounter:
-    """Stands for a numba kernel and counts its launches."""
-
-    def __init__(self, kernel):
-        self.kernel = kernel
-        self.launches = 0
-
-    def __getitem__(self, config):
-        def launch(*args):
-            self.launches += 1
-            return self.kernel[config](*args)
-        return launch
 
 
 def _sectors_truth(x, row, col0, *, stride=True, elem=True, base=True, guard=True, sector=32):
@@ -232,6 +248,9 @@ def ex01_traffic(traffic):
             useful = 4 * (2 * M * N * K + M * N)
             if nbytes == want // 32:
                 why = "that is the number of sectors: each sector is 32 bytes"
+            elif nbytes * 8 == want:
+                why = ("the sectors times 4: a sector is 32 bytes (4 is the bytes of one "
+                       "float32, not of what a request moves)")
             elif nbytes == m[("A", "load")] + m[("B", "load")]:
                 why = "the stores of C are warp requests too (one per warp, at the end)"
             elif nbytes == mo:

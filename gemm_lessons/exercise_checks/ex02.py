@@ -10,7 +10,8 @@ from .. import harness
 from .guards import ExerciseError, HINTS, run_answer
 from .audits import barrier_audit, nan_shared
 from .refusal import no_package_calls, refuse_package_kernel
-from .products import bind_numba, ceil_div, check_product, launching, sim_launch, small_suite
+from .products import (LaunchRecorder, bind_numba, ceil_div, check_product, launch_dims,
+                       launching, sim_launch, small_suite)
 
 
 def _numba_globals():
@@ -112,35 +113,13 @@ def ex02_tile_loop(kernel, T=T02):
     raise ExerciseError(text) from None
 
 
-class _LaunchRecorder:
-    """Stands for a numba kernel: ``inspect(config, args)`` sees each launch's (grid, block)
-    and arguments before it runs (and may raise), then the kernel is launched."""
-
-    def __init__(self, kernel, inspect):
-        self.kernel = kernel
-        self.inspect = inspect
-        self.launches = 0
-
-    def __getitem__(self, config):
-        def launch(*args):
-            self.inspect(config, args)
-            self.launches += 1
-            return self.kernel[config](*args)
-        return launch
-
-
-def _dims(d):
-    d = tuple(d) if isinstance(d, (tuple, list)) else (d,)
-    return tuple(int(x) for x in d) + (1,) * (3 - len(d))
-
-
 def ex02_launch(launcher, BM=16, BN=8):
     """Lesson 02, exercise 2: the launcher of a correct BM x BN tiled kernel on a 1-D grid
     (threadIdx.x over the BN columns of the tile, threadIdx.y over its BM rows; block b
     computes tile b // tiles_n down, b % tiles_n across): its block and its grid, looked at
     before each launch, and the product on the shape suite."""
     def inspect(config, args):
-        grid, block = _dims(config[0]), _dims(config[1])
+        grid, block = launch_dims(config[0]), launch_dims(config[1])
         M, N = args[2].shape
         if block != (BN, BM, 1):
             why = (f"the block is transposed: threadIdx.x runs over the BN = {BN} columns of "
@@ -169,7 +148,7 @@ def ex02_launch(launcher, BM=16, BN=8):
             raise ExerciseError(f"M={M}, N={N}: {HINTS['grid']}: {grid[0]} blocks for "
                                 f"{need} tiles: {why}")
 
-    kernel = _LaunchRecorder(_rect_tiled(BM, BN, grid1d=True), inspect)
+    kernel = LaunchRecorder(_rect_tiled(BM, BN, grid1d=True), inspect)
 
     run = launching(launcher, kernel)
 

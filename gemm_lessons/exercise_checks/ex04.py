@@ -134,6 +134,20 @@ def _swapped_fragments(run_2d, BM, BN, TM, TN):
     return bool(torch.allclose(c.double(), want, rtol=1e-4, atol=1e-4))
 
 
+def _last_k_only(run):
+    """Whether ``run`` leaves in C only the last k's outer product (the accumulator
+    assigned, not added to), on a 32 x 32 x 32 product."""
+    a, b = harness.make_operands(32, 32, 32)
+    c = torch.full((32, 32), float("nan"))
+    try:
+        with run_answer("my_2d"):
+            run(a, b, c)
+    except ExerciseError:
+        return False
+    last = a[:, -1:].double() @ b[-1:].double()
+    return bool(torch.allclose(c.double(), last, rtol=1e-4, atol=1e-4))
+
+
 def ex04_outer(run_2d, BM, BN, TM, TN):
     """Lesson 04, exercise 1: fragments and their outer product, in the strided register
     tile that the given ``store_tile`` writes. The kernel may call only that helper; which
@@ -175,6 +189,11 @@ def ex04_outer(run_2d, BM, BN, TM, TN):
                 "indices swapped: acc[i, j] += rA[i] * rB[j] (i, the row, indexes rA; j, the "
                 "column, rB), not rA[j] * rB[i], which adds each product into the transposed "
                 "place") from None
+        if "\nLikely cause:" in str(err) and _last_k_only(run_2d):
+            raise ExerciseError(
+                str(err).split("\nLikely cause:")[0] + "\nLikely cause: C holds the last k's "
+                "outer product alone: acc[i, j] += rA[i] * rB[j] adds each k's product into "
+                "the accumulator (acc[i, j] = ... replaces it)") from None
         raise _layout_hint(err) from None
     loads = sum(1 for x in t.accesses if x.space == "shared" and x.op == "load")
     per_fma = loads / (M * N * K)

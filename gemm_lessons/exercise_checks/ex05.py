@@ -29,7 +29,9 @@ _WARP_TILE = ("the fragment offsets and layouts of this exercise's transposed ti
 
 @contextlib.contextmanager
 def _layouts():
-    """{("a" | "b" | "mma", layout...)}: the layouts the WMMA calls inside were given."""
+    """{("wmma_load_a" | "wmma_load_b" | "wmma_mma", layout...)}: the layouts the WMMA calls
+    inside were given; and ("ld", load, ld, row) where a load's leading dimension is not the
+    length of the shared array's rows."""
     from .. import ptx
     seen, lock = set(), threading.Lock()
     real = {n: getattr(ptx, n) for n in ("wmma_load_a", "wmma_load_b", "wmma_mma")}
@@ -38,6 +40,8 @@ def _layouts():
         def f(frag, arr, idx, ld, layout):
             with lock:
                 seen.add((name, layout))
+                if int(ld) != arr.shape[-1]:      # the stride between the rows it reads
+                    seen.add(("ld", name, int(ld), arr.shape[-1]))
             return real[name](frag, arr, idx, ld, layout)
         return f
 
@@ -86,7 +90,14 @@ def ex05_warp_tile(run, BM, BN, BK):
     except ExerciseError as e:
         text = str(e)
         wrong = sorted(str(u) for u in used if "row" in u)
-        if "\nLikely cause:" in text and "TODO" not in text and HINTS["zero"] not in text:
+        lds = sorted(u for u in used if u[0] == "ld")
+        if lds and "TODO" not in text:
+            _, name, ld, row = lds[0]
+            text = text.split("\nLikely cause:")[0] + (
+                f"\nLikely cause: the leading dimension: {name} is given {ld}, but the rows "
+                f"of the shared array it reads are {row} elements apart (LDA = BM + 8 for "
+                "sA[k, m], LDB = BK + 8 for sB[n, k]: the padded row, not the tile's width)")
+        elif "\nLikely cause:" in text and "TODO" not in text and HINTS["zero"] not in text:
             text = text.split("\nLikely cause:")[0] + "\nLikely cause: " + (
                 f"a layout: {', '.join(wrong)} reads a tile as memory holds it, but these "
                 "tiles are stored transposed; " if wrong else "") + _WARP_TILE
@@ -155,6 +166,11 @@ def ex05_pad(smallest_pad):
                     more = f" ({got} is not a multiple of {step} elements: rows must stay 16-byte aligned)"
                 elif isinstance(got, int) and got > want:
                     more = " (not the smallest)"
+                elif isinstance(got, int) and _ldmatrix_ways(row + got) == 1:
+                    more = (f" (rows {(row + got) * elem} bytes apart leave a "
+                            f"{_ldmatrix_ways((row + got) * elem)}-way conflict: ways() takes "
+                            f"the row's bytes, (row + pad) * elem_bytes, not its {row + got} "
+                            "elements)")
                 elif isinstance(got, int):
                     more = f" (rows {(row + got) * elem} bytes apart leave a {_ldmatrix_ways((row + got) * elem)}-way conflict)"
                 raise ExerciseError(f"rows of {row} elements of {elem} bytes: pad {got!r}, "
@@ -297,7 +313,14 @@ def ex05_tiles(run, BM, BN, BK):
             if "\nLikely cause:" not in text or "TODO" in text:
                 raise
             head = text.split("\nLikely cause:")[0]
-            if case.name == "square":
+            if case.name == "square" and "still NaN" in text:
+                cause = ("elements of a tile that no lane writes (shared memory still NaN, "
+                         "and no edge in this shape): lane l copies words l, l + 32, l + 64, "
+                         "... (a step of 32, the warp's lanes) up to the tile's last word "
+                         "(BM * BK // 2 for A, BK * BN // 2 for B), and word w is the halves "
+                         "2w and 2w + 1 of the tile numbered row by row: row 2w // BK, column "
+                         "2w % BK of A's tile (BK wide: LDA only spaces sA's rows)")
+            elif case.name == "square":
                 cause = ("the copy itself (no edge in this shape): element (r, c) of A's tile "
                          "is A[bm + r, k0 + c], stored at sA[r, c]; the tile is BK wide "
                          "(LDA only spaces its rows) and B's is BN wide; word w of a tile holds "

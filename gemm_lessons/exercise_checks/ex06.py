@@ -219,16 +219,26 @@ def ex06_budget(pipeline_smem, max_stages):
                     raise ExerciseError(f"pipeline_smem({BM}, {BN}, {BK}, {stages}, pad={pad}) = "
                                         f"{got!r}, expected {want}: "
                                         + _budget_cause(pipeline_smem, BM, BN, BK))
-    for BM, BN, BK, limit in ((128, 256, 32, 227 * 1024), (128, 128, 32, 48 * 1024),
-                              (64, 64, 64, 100 * 1024), (256, 128, 64, 227 * 1024)):
-        want = limit // _budget(BM, BN, BK, 1, 8)
+    for BM, BN, BK, limit, pad in ((128, 256, 32, 227 * 1024, 8), (128, 128, 32, 48 * 1024, 8),
+                                   (64, 64, 64, 100 * 1024, 8), (256, 128, 64, 227 * 1024, 8),
+                                   (128, 256, 32, 227 * 1024, 0), (64, 64, 64, 100 * 1024, 0)):
+        want = limit // _budget(BM, BN, BK, 1, pad)
         with run_answer("max_stages", seconds=10), no_package_calls("max_stages"):
-            got = max_stages(BM, BN, BK, limit=limit)
+            got = max_stages(BM, BN, BK, limit=limit, pad=pad)
         if got != want:
-            raise ExerciseError(f"max_stages({BM}, {BN}, {BK}, limit={limit}) = {got!r}, "
-                                f"expected {want}: the largest number of stages whose "
-                                "pipeline_smem is at most the limit")
-    return "pipeline_smem and max_stages: right on 22 configurations"
+            why = "the largest number of stages whose pipeline_smem is at most the limit"
+            if pad != 8 and got == limit // _budget(BM, BN, BK, 1, 8):
+                why = (f"that is the answer for pad=8, the default: max_stages must pass its "
+                       f"own pad (here {pad}) on to pipeline_smem")
+            elif isinstance(got, int) and got == want + 1:
+                why = (f"{got} stages take {_budget(BM, BN, BK, got, pad)} bytes, more than the "
+                       f"limit: one stage too many ({why}; a loop that stops one step late?)")
+            elif isinstance(got, int) and got == want - 1:
+                why = (f"{want} stages take {_budget(BM, BN, BK, want, pad)} bytes, which fit: "
+                       f"one stage too few ({why}: < where <= is meant?)")
+            raise ExerciseError(f"max_stages({BM}, {BN}, {BK}, limit={limit}, pad={pad}) = "
+                                f"{got!r}, expected {want}: {why}")
+    return "pipeline_smem and max_stages: right on 24 configurations"
 
 
 # Exercise 3: the N-stage pipeline. The check launches the learner's kernel itself (tiles

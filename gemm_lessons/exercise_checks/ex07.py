@@ -14,14 +14,15 @@ def _grouped(pid, num_pid_m, num_pid_n, g):
     return grouped_order(pid, num_pid_m, num_pid_n, g)
 
 
-def _snake(pid, num_pid_m, num_pid_n, g, odd=1):
+def _snake(pid, num_pid_m, num_pid_n, g, odd=1, shift=0):
     """Lesson 07's groups, with the columns of a group walked down and up in turn (``odd``:
-    the parity of the columns walked up)."""
+    the parity of the columns walked up; ``shift``: the upward columns moved that many rows
+    down, a typical mistake)."""
     pid_m, pid_n = _grouped(pid, num_pid_m, num_pid_n, g)
     first = pid_m - (pid_m % g)
     size = min(num_pid_m - first, g)
     if pid_n % 2 == odd:
-        pid_m = first + size - 1 - (pid_m - first)
+        pid_m = first + size - 1 + shift - (pid_m - first)
     return pid_m, pid_n
 
 
@@ -44,6 +45,14 @@ def ex07_order(order):
                 seen = set(tiles)
                 missing = [(m, q) for m in range(num_pid_m) for q in range(num_pid_n)
                            if (m, q) not in seen]
+                for shift, side in ((1, "below"), (-1, "above")):
+                    moved = [_snake(q, num_pid_m, num_pid_n, g, shift=shift) for q in range(n)]
+                    if tiles == moved and num_pid_m % g == 0:    # no ragged group
+                        raise ExerciseError(
+                            f"{where}: in the upward columns every program gets the tile one "
+                            f"row {side} the snake order's: off by one: an upward column starts "
+                            "at the group's last row, first_pid_m + height - 1, and position p "
+                            "down the column is row first_pid_m + height - 1 - p")
                 if missing or len(seen) != len(tiles):
                     outside = [t for t in tiles if not (0 <= t[0] < num_pid_m
                                                         and 0 <= t[1] < num_pid_n)]
@@ -94,6 +103,38 @@ def _stray(kernel, M, N, K, bounds):
     return bounds.outside - before
 
 
+def _k_loop_cause(kernel, bounds=None):
+    """The K loop's typical mistake, read from one square product (32 x 32 x 32, fp32,
+    contiguous, whole tiles: no mask matters) against what each mistake computes; or None.
+    ``bounds``: the active :func:`interp_poison.bounded_loads`, told about the operands."""
+    a, b = harness.make_operands(32, 32, 32, torch.float32)
+    c = torch.full((32, 32), float("nan"))
+    if bounds is not None:
+        bounds.allow(a, b)
+    try:
+        with run_answer("my_kernel"):
+            _launch07(kernel, a, b, c)
+    except ExerciseError:
+        return None
+    A, B = a.double(), b.double()
+    wrong = {
+        "A's strides swapped: element (m, k) of A is at a_ptr + m * stride_am + k * stride_ak":
+            A.t() @ B,
+        "B's strides swapped: element (k, n) of B is at b_ptr + k * stride_bk + n * stride_bn":
+            A @ B.t(),
+        "the accumulator: only the last K-tile is in C; tl.dot(a, b, acc) (or acc += "
+        "tl.dot(a, b)) adds each K-tile's product to acc": A[:, 16:] @ B[16:],
+        "the K positions of tile k: k * BLOCK_SIZE_K + offs_k (tile k starts BLOCK_SIZE_K * k "
+        "columns into A and rows into B, not k)":
+            sum(A[:, k:k + 16] @ B[k:k + 16] for k in (0, 1)),
+    }
+    got = c.double()
+    for why, ref in wrong.items():
+        if torch.allclose(got, ref, rtol=1e-3, atol=1e-3):
+            return why
+    return None
+
+
 def ex07_kernel(kernel):
     """Lesson 07, exercise 2: the K loop without advancing pointers, its loads masked on M, N
     and K (no wrap-around of the rows and columns past the edge)."""
@@ -117,6 +158,9 @@ def ex07_kernel(kernel):
                             f"N = {N} (a partial last column of tiles): the B loads read "
                             f"columns past the last column of B. {HINTS['mask']} on N: mask "
                             "B's loads with offs_n[None, :] < N as well as with the K position")
+                    wrong = _k_loop_cause(kernel, bounds)
+                    if wrong:
+                        raise ExerciseError(f"K = {K}: the loads read outside A or B: {wrong}")
                     raise ExerciseError(
                         f"K = {K} (a partial last K-tile): the loads read past the end of K. "
                         f"{HINTS['mask']} on K: mask with the K position of the tile's "
@@ -143,6 +187,10 @@ def ex07_kernel(kernel):
                     f"\nLikely cause: {HINTS['other']}: lanes the mask switches off are "
                     "undefined on a GPU (NaN here) and reach tl.dot; give the loads "
                     "other=0.0")
+            elif "TODO" not in text and "\nLikely cause:" in text:
+                wrong = _k_loop_cause(kernel, bounds)
+                if wrong:
+                    text = text.split("\nLikely cause:")[0] + "\nLikely cause: " + wrong
             raise ExerciseError(text) from None
         # partial K-tiles inside larger buffers: reads past K would find nonzero values
         big_a, big_b = torch.randn(24, 64).half(), torch.randn(64, 20).half()
@@ -173,13 +221,15 @@ def _program_table(num_pid_m, num_pid_n, g, order):
     return _TABLES[key]
 
 
-def _strips(M, N, BM, BN, g, programs, wave, order, *, whole_grid=False, floor=False):
+def _strips(M, N, BM, BN, g, programs, wave, order, *, whole_grid=False, floor=False,
+            shift=0):
     """(distinct pid_m, distinct pid_n) of the tiles that wave ``wave`` computes, read from
     the table of programs by tile (a row of tiles is one strip of A, a column one of B); and
-    some wrong variants."""
+    some wrong variants (``shift``: the wave's programs taken that many ids later)."""
     grid = (M // BM, N // BN) if floor else (ceil_div(M, BM), ceil_div(N, BN))
     table = _program_table(*grid, g, order)
-    mine = table >= 0 if whole_grid else (table // programs == wave)
+    mine = (table >= 0 if whole_grid
+            else ((table - shift) // programs == wave) & (table >= shift))
     return int(mine.any(dim=1).sum()), int(mine.any(dim=0).sum())
 
 
@@ -235,6 +285,12 @@ def ex07_wave(wave_strips):
                         elif got == tuple(reversed(want)):
                             cause = ("A and B swapped: A's strips are the distinct pid_m, B's "
                                      "the distinct pid_n")
+                        elif got in (_strips(*args, wave, order, shift=1),
+                                     _strips(*args, wave, order, shift=-1)):
+                            cause = (f"off by one: wave {wave} runs programs {wave} * programs "
+                                     f"to {wave + 1} * programs - 1 (ids count from 0: "
+                                     "range(wave * programs, min((wave + 1) * programs, "
+                                     "programs in the grid)))")
                         elif got == _strips(*args, wave, order, floor=True):
                             cause = (f"{HINTS['grid']}: a partial tile is a tile, "
                                      "the grid is triton.cdiv(M, BM) x triton.cdiv(N, BN)")

@@ -1,6 +1,8 @@
 """The checks of lesson 09 (fused epilogue): ``exercises/09_*.ipynb``."""
 from __future__ import annotations
 
+import contextlib
+
 import torch
 
 from .. import engines
@@ -18,6 +20,38 @@ def _rand(gen, *shape, dev=None):
     return torch.randn(*shape, generator=gen).to(torch.float16).to(dev)
 
 
+class _Counted:
+    """Stands for a Triton kernel in the learner's namespace and counts its launches."""
+
+    def __init__(self, kernel):
+        self.kernel = kernel
+        self.launches = 0
+
+    def __getitem__(self, grid):
+        self.launches += 1
+        return self.kernel[grid]
+
+    def __getattr__(self, name):
+        return getattr(self.kernel, name)
+
+
+@contextlib.contextmanager
+def _launch_counted(my_gemm, name="my_gemm_kernel"):
+    """Inside the block, ``name`` in ``my_gemm``'s globals counts its launches (``launches``
+    of the object yielded; none where there is no such kernel)."""
+    space = getattr(my_gemm, "__globals__", {})
+    kernel = space.get(name)
+    counted = _Counted(kernel)
+    if kernel is None:
+        yield counted
+        return
+    space[name] = counted
+    try:
+        yield counted
+    finally:
+        space[name] = kernel
+
+
 def ex09_epilogue(my_gemm):
     """Lesson 09, exercise 1: the fused epilogue with BLAS's beta == 0 rule and a bias per
     row of C."""
@@ -29,8 +63,13 @@ def ex09_epilogue(my_gemm):
     if kernel is not None:
         refuse_package_kernel(kernel, "my_gemm_kernel")
         refuse_package_helpers(kernel, "my_gemm_kernel")
-    with run_answer("my_gemm"), no_package_calls("my_gemm"):
+    with run_answer("my_gemm"), _launch_counted(my_gemm) as seen, \
+            no_package_calls("my_gemm", allowed=(_Counted.__getitem__,)):
         out = my_gemm(a, b, nan_c, beta=0.0, bias=bias, gelu=True)
+    if not seen.launches:
+        raise ExerciseError("my_gemm computed its result without launching my_gemm_kernel: the "
+                            "exercise is the kernel's epilogue, on the fp32 tile in registers "
+                            "(keep the launcher as given and write the epilogue in the kernel)")
     if bool(out.isnan().any()):
         raise ExerciseError("NaN in C reached the output although beta == 0: read C only under "
                             "`if HAS_C:` (0 * NaN is NaN, so multiplying by beta is not enough)")
@@ -154,18 +193,31 @@ def ex09_splitk(kernel):
                 "keeps 11 bits: steps of 0.5 near 1000)")
         cancel_error = (f"slices of about +-1000 that cancel: largest error {err:.3g}. Likely "
                         "cause: sum all S slices first, then the bias and gelu once")
+    from .. import interp_poison
     for S in (1, 3, 8):
         edges = [K * s // S for s in range(S + 1)]
         ws = torch.stack([a[:, lo:hi].float() @ b[lo:hi].float()
                           for lo, hi in zip(edges, edges[1:])])
-        with run_answer("my_splitk_reduce"):
+        with run_answer("my_splitk_reduce"), interp_poison.poison_masked_loads() as poison:
             out = _splitk_launch(kernel, ws, bias, M, N)
+        if bool(out.isnan().any()) and poison.poisoned:
+            raise ExerciseError(
+                f"S={S}: NaN in the output: {HINTS['other']}: the lanes past S (BLOCK_S = "
+                f"{triton.next_power_of_2(S)} > S) that the mask switches off are undefined "
+                "on a GPU (NaN here) and enter tl.sum; give the load other=0.0")
         if bool(out.isnan().all()):
             raise ExerciseError(f"S={S}: nothing was written (all NaN): {HINTS['todo']}, or "
                                 "the tile is never stored")
+        # the bias read per row (bias_ptr + offs_m): the rows below N show it (M > N here)
+        if _close(out[:N], F.gelu(ws.double().sum(0)[:N] + bias.double()[:, None])):
+            raise ExerciseError(f"S={S}: the bias added per row: here it holds one value per "
+                                "column of C (N values, bias_ptr + offs_n, masked on N), "
+                                "broadcast down the rows ([None, :])")
         if bool(out.isnan().any()):
             raise ExerciseError(f"S={S}: NaN in the output: a load outside the workspace or "
-                                f"the bias ({HINTS['mask']}, or other=0.0)")
+                                f"the bias: its offsets (partial s of element (m, n) is at "
+                                "ws_ptr + m * stride_wm + n * stride_wn + s, the S partials "
+                                f"side by side) or {HINTS['mask']}")
         if S > 1:
             per_slice = F.gelu(ws.double() + bias.double()).sum(0)
             if _close(out, per_slice):
@@ -188,7 +240,9 @@ def ex09_splitk(kernel):
                     "partials of element (m, n) side by side, partial s at ws_ptr + m * "
                     "stride_wm + n * stride_wn + s")
             raise ExerciseError(f"S={S}: wrong. Likely cause: sum all S partials of each "
-                                "element (offs_s < S), then the bias, then gelu")
+                                "element (offs_s < S), then the bias, then gelu; partial s of "
+                                "element (m, n) is at ws_ptr + m * stride_wm + n * stride_wn + s "
+                                "(the S partials side by side, one element apart)")
     if cancel_error:
         raise ExerciseError(cancel_error)
     return "split-K reduction: slices summed in fp32 first, then bias and gelu once"
@@ -307,8 +361,9 @@ def ex09_splitk_partial(kernel):
         s = good.index(False)
         err = (ws[s].double() - want[s]).abs().max().item()
         raise ExerciseError(f"{where}: slice {s} is wrong (largest error {err:.3g}). Likely "
-                            "cause: the K-tiles of program pid_k (pid_k, pid_k + S, ...) or the "
-                            "masks")
+                            "cause: the K-tiles of program pid_k (pid_k, pid_k + S, ...), K-tile "
+                            "t at K positions t * BLOCK_K + offs_k (t the K-tile's own index), or "
+                            "the masks")
     # partial sums near 1024 that cancel inside a slice: right in fp32, not in fp16
     K = 128
     a, b = big_a[:M, :K].clone(), big_b[:K, :N].clone()

@@ -75,16 +75,40 @@ def run_answer(what, seconds=60):
                 raise ExerciseError(f"{what}: {HINTS['todo']} (replace `raise "
                                     "NotImplementedError()` under the TODO with your code)") from None
             if isinstance(e, IndexError) or "IndexError" in text:
+                line = learner_line(e)
+                at = f" at `{line}`" if line else ""
                 raise ExerciseError(
-                    f"{what}: an index outside an array ({shorten(text, 160)}): {HINTS['mask']} "
-                    "(a bounds check) for threads or elements past the edge of A, B or C, or "
-                    "a loop that runs past its dimension (M, N and K mixed up?)") from None
+                    f"{what}: an index outside an array{at} ({shorten(text, 160)}): "
+                    f"{HINTS['mask']} (a bounds check) for threads or elements past the edge "
+                    "of A, B or C, or an index past the dimension of the array it indexes: "
+                    "its indices swapped (a shared tile's [k, m] read as [m, k]?), M, N and K "
+                    "mixed up, or a loop that runs past its dimension") from None
             if "NameError" in text or isinstance(e, (NameError, UnboundLocalError)):
                 raise ExerciseError(
                     f"{what}: a name is used before your code defines it ({shorten(text)}): "
                     f"{HINTS['todo']}, or it does not define every name the code after it "
                     "uses.") from None
+            if "make_shape_compatible" in text or "incompatible dimensions" in text:
+                raise ExerciseError(
+                    f"{what}: two blocks whose shapes do not broadcast ({shorten(text, 160)}): "
+                    "a reduction along the wrong axis (tl.sum(x, axis=...) keeps the other "
+                    "axes), or a [:, None] / [None, :] in the wrong place") from None
             raise ExerciseError(f"{what} raised {shorten(text)}") from None
+
+
+def learner_line(exc):
+    """The source line of the learner's code (a notebook's ``__main__``) where ``exc`` was
+    raised: the last such frame of its traceback, or None."""
+    import linecache
+    line = None
+    tb = exc.__traceback__
+    while tb is not None:
+        frame = tb.tb_frame
+        if frame.f_globals.get("__name__") == "__main__":
+            text = linecache.getline(frame.f_code.co_filename, tb.tb_lineno).strip()
+            line = text or line
+        tb = tb.tb_next
+    return line
 
 
 def shorten(text, n=300):

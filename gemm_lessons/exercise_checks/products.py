@@ -37,15 +37,15 @@ def check_product(run, name, dtypes=(torch.float32,), cases=None, *, audit=None,
             err = e
     cause = None
     if audit is not None:
+        # a barrier some threads skip comes first: the races it leaves are its consequence
+        skipped = audit.epochs.skipped(threads_per_block) if threads_per_block else None
         problem = getattr(audit, "problem", None) or (audit.message() if getattr(audit, "race", None) else None)
-        if problem:
+        if skipped:
+            cause = (f"{HINTS['barrier_skipped']}: in block {skipped[0][:2]} some threads "
+                     f"passed {skipped[1]} barriers, others {skipped[2]} (an early return, "
+                     "or a syncthreads inside an if: every thread must reach every barrier)")
+        elif problem:
             cause = problem
-        elif threads_per_block:
-            skipped = audit.epochs.skipped(threads_per_block)
-            if skipped:
-                cause = (f"{HINTS['barrier_skipped']}: in block {skipped[0][:2]} some threads "
-                         f"passed {skipped[1]} barriers, others {skipped[2]} (an early return, "
-                         "or a syncthreads inside an if: every thread must reach every barrier)")
     if err is None and cause is None:
         return report
     if err is not None:
@@ -117,3 +117,25 @@ def launching(launcher, kernel, what="my_launcher"):
                                 "not another launcher's")
     return run
 
+
+class LaunchRecorder:
+    """Stands for a numba kernel: ``inspect(config, args)`` sees each launch's (grid, block)
+    and arguments before it runs (and may raise), then the kernel is launched."""
+
+    def __init__(self, kernel, inspect):
+        self.kernel = kernel
+        self.inspect = inspect
+        self.launches = 0
+
+    def __getitem__(self, config):
+        def launch(*args):
+            self.inspect(config, args)
+            self.launches += 1
+            return self.kernel[config](*args)
+        return launch
+
+
+def launch_dims(d):
+    """A grid or block as a 3-tuple (an int or a shorter tuple padded with 1s)."""
+    d = tuple(d) if isinstance(d, (tuple, list)) else (d,)
+    return tuple(int(x) for x in d) + (1,) * (3 - len(d))
