@@ -257,14 +257,16 @@ def errors_over_k(ks, dev, versions, device, M=512, N=512):
                 got = gl.scaled_matmul(qa, qb, sa, sb, kernel=name, out_dtype=torch.float32)
                 vals[name] = fp8.rel_error(got.cpu(), ref)
                 if name == "k11_fp8_rowwise":
+                    # cuBLAS's accumulation alone: unit scales and an fp32 C (row-wise
+                    # scales need a bf16 C, whose rounding would hide it), the row and
+                    # column scales applied after, in float64 (they factor out exactly)
+                    one = torch.ones((), dtype=torch.float32, device=dev)
                     for fast in (False, True):
-                        try:
-                            r = torch._scaled_mm(qa, qb, scale_a=sa, scale_b=sb,
-                                                 out_dtype=torch.float32, use_fast_accum=fast)
-                        except RuntimeError:     # fp32 out refused: bf16
-                            r = scaled_mm(qa, qb, sa, sb, fast)()
+                        r = torch._scaled_mm(qa, qb, scale_a=one, scale_b=one,
+                                             out_dtype=torch.float32, use_fast_accum=fast)
+                        r = r.cpu().double() * sa.cpu().double() * sb.cpu().double()
                         vals[f"torch._scaled_mm_fp8:rowwise{'_fast' if fast else ''}"] = \
-                            fp8.rel_error(r.cpu(), ref)
+                            fp8.rel_error(r, ref)
             for name, rel in vals.items():
                 out.append({"kernel": name, "data": data, "M": M, "N": N, "K": K,
                             "rel_error": f"{rel:.6e}", "device": device, "versions": versions})
