@@ -204,7 +204,8 @@ def cmd_ladder(args):
         if args.csv and any(r.ms is not None for _, r in results):
             from gemm_lessons import results as recorded
             recorded.write_csv(args.csv, [r for _, r in results], [les for les, _ in results],
-                               device=gl.engine().device_name, versions=_versions())
+                               device=gl.engine().device_name, versions=_versions(),
+                               keep=args.merge)
             print(f"wrote {args.csv}")
     return 1 if any("skipped" not in f for f in failures) else 0
 
@@ -259,6 +260,9 @@ def parser():
     p.add_argument("--all-dtypes", action="store_true", help="time every dtype a kernel takes")
     p.add_argument("--out", default="ladder.png", help="where to write the plot")
     p.add_argument("--csv", help="also write the results as CSV (gemm_lessons.results format)")
+    p.add_argument("--merge", action="store_true",
+                   help="with --csv: keep the CSV's rows of kernels and sizes this run does "
+                        "not measure")
     p.add_argument("--quiet", action="store_true",
                    help="no progress bar (none where stderr is not a terminal)")
     p = sub.add_parser("ptx", help="the PTX of a numba kernel (works without a GPU)",

@@ -48,10 +48,12 @@ def merge_csv(path, new, *, keep=True):
     return len(kept)
 
 
-def write_csv(path, results, lessons, *, device, versions):
+def write_csv(path, results, lessons, *, device, versions, keep=False):
+    """Write ladder results (``BenchResult``) to the CSV at ``path``; with ``keep``, the rows
+    of kernels and shapes not measured again stay (:func:`merge_csv`)."""
     merge_csv(path, [row(r.kernel, lesson, r.dtype, r.M, r.N, r.K, r.ms, r.baseline_ms,
                          device=device, versions=versions)
-                     for r, lesson in zip(results, lessons)], keep=False)
+                     for r, lesson in zip(results, lessons)], keep=keep)
 
 
 def read_csv(path=None):

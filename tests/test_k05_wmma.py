@@ -247,3 +247,34 @@ def test_bf16_conversions_round_to_nearest_even():
     assert (got == want).all()
     back = np.array([ptx.bf16_to_f32(v) for v in want], dtype=np.float32)
     assert (back == xs.bfloat16().float().numpy()).all()
+
+
+# ------------------------------------------------ the steps that build k05_wmma, in order
+STEPS = ["k05_wmma_warp", "k05_wmma_block", "k05_wmma"]
+
+
+def test_the_lesson_builds_the_kernel_in_three_steps():
+    assert [k.name for k in gl.kernels() if k.lesson == 5] == STEPS
+
+
+@pytest.mark.parametrize("name", STEPS[:2])
+def test_each_step_is_correct_on_small_awkward_shapes(name):
+    from gemm_lessons import registry
+    cases = [harness.Case("ragged", 37, 21, 45, hint="edges in M, N and K"),
+             harness.Case("A transposed", 24, 40, 32, a="transposed", hint="strides")]
+    rep = harness.check(registry.get(name).launch, name, (torch.float16, torch.bfloat16),
+                        cases, raise_on_fail=False)
+    assert rep.ok, str(rep)
+
+
+def test_steps_before_the_last_copy_through_registers_and_run_unbounded():
+    """Steps 1 and 2: tensor cores, fragments in registers, no cp.async. Step 3 adds the
+    16-byte copies and the launch bounds that cap a thread at 128 registers."""
+    texts = compiled.ptx_many(STEPS, (9, 0))
+    for name in STEPS:
+        assert "wmma.mma.sync.aligned.row.row.m16n16k16.f32.f32" in texts[name], name
+        assert ".local" not in texts[name], name
+        assert ("cp.async" in texts[name]) == (name == "k05_wmma"), name
+    reports = {n: compiled.ptxas_report(t, (9, 0)) for n, t in texts.items()}
+    if reports["k05_wmma"] is not None:
+        assert reports["k05_wmma"]["registers"] <= 128 < reports["k05_wmma_block"]["registers"]

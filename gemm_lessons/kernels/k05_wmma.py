@@ -1,4 +1,5 @@
-"""Lesson 05: tensor cores through WMMA: fp16/bf16 in, fp32 accumulation, fragments.
+"""Lesson 05, step 3: tensor cores through WMMA, the finished kernel: ``k05_wmma_block`` with
+its tiles copied in 16-byte chunks by ``cp.async`` and launch bounds for two blocks per SM.
 
 A tensor core multiplies small tiles in one warp-wide instruction: ``wmma.mma`` computes a
 16x16x16 product (4096 multiply-adds) for the whole warp, where a SIMT kernel needs 4096
@@ -54,11 +55,9 @@ from ..ptx import (FRAG_AB, FRAG_C, SMEM_ALIGN, cp_async16_zfill, cp_async_commi
                    cp_async_wait_group, wmma_load_a, wmma_load_b, wmma_mma, wmma_store_d)
 from ..ptx_simt import launch_bounds
 from . import FP16_BF16, Kernel
+from .k05_wmma_block import GPU_CONFIG, PAD, SIM_CONFIG  # the tiles of k05_wmma_block
 from .tc_common import check_bf16
 
-PAD = 8                      # elements of padding per shared row (16 bytes)
-GPU_CONFIG = dict(BM=128, BN=128, BK=32, WM=64, WN=32)   # 8 warps, 4 x 2 fragments each
-SIM_CONFIG = dict(BM=32, BN=32, BK=16, WM=16, WN=16)     # 4 warps, 1 fragment each
 MIN_BLOCKS = 2               # blocks per SM the registers must allow (one waits, one computes)
 
 
@@ -195,6 +194,6 @@ def _ptx(cc, bf16=False):
 KERNELS = [
     Kernel("k05_wmma", 5, "numba", FP16_BF16,
            "tensor cores via WMMA 16x16x16: 16-byte copies into padded shared tiles",
-           launch=wmma, min_cc=(8, 0), ptx=_ptx, source=make_kernel,
+           launch=wmma, min_cc=(8, 0), ptx=_ptx, source=make_kernel, step=3,
            configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG}),
 ]
