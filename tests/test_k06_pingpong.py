@@ -73,6 +73,20 @@ def test_the_consumers_take_turns_once_per_tile():
 
 
 @sim_only
+def test_each_epilogue_lies_under_the_other_consumers_k_loop():
+    from gemm_lessons import ring_timeline
+    spans = ring_timeline.consumer_spans(ring_timeline.record_pingpong(tiles=4, k_tiles=2))
+    loops = sorted((k0, k1, tile) for s in spans.values() for tile, k0, k1, _ in s)
+    assert [tile for _, _, tile in loops] == [0, 1, 2, 3]          # the K loops take turns
+    assert all(a[1] <= b[0] for a, b in zip(loops, loops[1:]))     # and never overlap
+    for c, other in zip(spans, reversed(list(spans))):
+        for tile, _, k1, e1 in spans[c]:
+            if tile + 1 < 4:                                        # the next tile's K loop
+                nxt = next(x for x in spans[other] if x[0] == tile + 1)
+                assert nxt[1] <= k1 + 1 and e1 <= nxt[2]
+
+
+@sim_only
 def test_a_wrong_turn_parity_is_a_deadlock_naming_the_turns():
     a, b, out = _operands(70, 72, 64)
     with pytest.raises(MbarrierDeadlock) as info:
