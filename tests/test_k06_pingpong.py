@@ -30,7 +30,7 @@ sim_only = pytest.mark.skipif(not SIM, reason="barriers are recorded by the simu
 # ragged in M and N, on fewer blocks than tiles: on the simulator one block walks 4 tiles of
 # 64 x 64, each of 4 k-tiles, through a ring of 4 stages (it wraps 4 times)
 CASE, BLOCKS = ((harness.Case("4 tiles on 1 block", 70, 72, 200), 1) if SIM else
-                (harness.Case("48 tiles on 7 blocks", 300, 2000, 392), 7))
+                (harness.Case("40 tiles on 7 blocks", 300, 2000, 392), 7))
 
 
 def _operands(M, N, K, dtype=torch.float16, seed=0):
