@@ -212,6 +212,9 @@ def ex02_loads(fn):
              "(t.accesses)"),
             ((K, K), "the formula K per operand holds for lesson 01's kernel only: count the "
              "loads the launch makes (t.accesses)"),
+            ((K / N, K / M), "each element of A and of B counted once (distinct addresses): "
+             "count every load, an element that several blocks load once per load (that "
+             "reuse is what the count shows)"),
         ]
         why = next((w for v, w in mistakes
                     if all(math.isclose(g, x) for g, x in zip(got, v))), None)

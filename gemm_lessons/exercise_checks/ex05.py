@@ -205,8 +205,13 @@ def ex05_ldmatrix(ldmatrix_address):
                                 "(row, column) of the 16x16 tile, in elements")
         r, c = rc
         if not (0 <= r < 16 and 0 <= c < 16):
+            with run_answer("ldmatrix_address", seconds=5):
+                side_by_side = [ldmatrix_address(q)[1] for q in (8, 16, 24)] == [8, 16, 24]
+            why = ("the four 8x8 matrices are the tile's quarters, two down and two across "
+                   "(columns 0..7 and 8..15), not four side by side" if side_by_side
+                   else "rows and columns 0..15, counted in halves, not bytes")
             raise ExerciseError(f"ldmatrix_address({lane}) = {rc}: outside the 16x16 tile "
-                                "(rows and columns 0..15, counted in halves, not bytes)")
+                                f"({why})")
         if c % 8:
             raise ExerciseError(f"ldmatrix_address({lane}) = {rc}: a row of an 8x8 matrix is "
                                 "8 halves (16 bytes) starting at column 0 or 8 of the tile")
