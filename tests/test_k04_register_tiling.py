@@ -170,6 +170,7 @@ def test_the_next_tile_is_loaded_before_the_math(ptx):
 # The diffs lesson 04 shows a part at a time (labs.k04.show_diff_part): the parts together
 # are the whole diff, and no part is longer than a screen.
 DIFF_PARTS = {
+    ("k04_1d_tiling", "k04_2d_tiling"): ["for k0 in range"],
     ("k04_2d_tiling", "k04_vectorized"): ["for k0 in range"],
     ("k04_vectorized", "k04_warp_tiling"): ["for k0 in range"],
     ("k04_warp_tiling", "k04_thread_tile"): ["sA = cuda.shared.array(SA"],
