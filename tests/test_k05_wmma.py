@@ -278,3 +278,29 @@ def test_steps_before_the_last_copy_through_registers_and_run_unbounded():
     reports = {n: compiled.ptxas_report(t, (9, 0)) for n, t in texts.items()}
     if reports["k05_wmma"] is not None:
         assert reports["k05_wmma"]["registers"] <= 128 < reports["k05_wmma_block"]["registers"]
+
+
+# The lesson reads each step's diff a part at a time (labs.k05.show_diff_part): the parts
+# together are the whole diff, and none is longer than a screen.
+DIFF_PARTS = {("k05_wmma_warp", "k05_wmma_block"): ["for k0 in range", "# -- epilogue"],
+              ("k05_wmma_block", "k05_wmma"): ["for k0 in range"]}
+
+
+@pytest.mark.parametrize("old, new", sorted(DIFF_PARTS))
+def test_diff_parts_make_the_whole_diff_a_screen_each(old, new):
+    import contextlib
+    import io
+    from gemm_lessons.labs import k05 as lab
+
+    def printed(fn, *args):
+        out = io.StringIO()
+        with contextlib.redirect_stdout(out):
+            fn(*args)
+        return out.getvalue().splitlines()
+    changed = lambda lines: [l for l in lines if l[:1] in "+-" and l[:3] not in ("+++", "---")]
+    marks = [None] + DIFF_PARTS[old, new] + [None]
+    parts = [printed(lab.show_diff_part, old, new, a, b) for a, b in zip(marks, marks[1:])]
+    assert sorted(l for p in parts for l in changed(p)) == \
+        sorted(changed(printed(gl.show_diff, old, new)))
+    assert max(len(p) for p in parts) <= 65, [len(p) for p in parts]
+    assert len(printed(gl.show_source, "k05_wmma_warp")) <= 65
