@@ -9,7 +9,8 @@ from gemm_lessons import fp8
 from gemm_lessons.kernels import k11_triton_fp8 as k11
 
 GRAN = {"k11_fp8_tensorwise": ("tensor", "tensor"), "k11_fp8_rowwise": ("row", "col"),
-        "k11_fp8_blockwise": ((1, 128), (128, 128)), "k11_fp8_rowwise_promoted": ("row", "col")}
+        "k11_fp8_blockwise": ((1, 128), (128, 128)), "k11_fp8_rowwise_promoted": ("row", "col"),
+        "k11_fp8_rowwise_tma": ("row", "col")}
 
 
 def _block(g):
@@ -36,6 +37,8 @@ def _operands(M, N, K, kernel, dtype=torch.float8_e4m3fn, b_layout="row", seed=0
 @pytest.mark.parametrize("kernel", list(GRAN))
 @pytest.mark.parametrize("shape", [(37, 45, 300), (1, 20, 129), (70, 1, 33)])
 def test_scaled_product_matches_float64(kernel, shape):
+    if not gl.runs_here(kernel):
+        pytest.skip(f"{kernel} does not run on this engine")
     M, N, K = shape
     qa, qb, sa, sb, ref = _operands(M, N, K, kernel)
     dev = gl.device()
@@ -45,8 +48,10 @@ def test_scaled_product_matches_float64(kernel, shape):
     assert fp8.rel_error(out.cpu(), ref) < 1e-5
 
 
-@pytest.mark.parametrize("kernel", ["k11_fp8_rowwise", "k11_fp8_blockwise"])
+@pytest.mark.parametrize("kernel", ["k11_fp8_rowwise", "k11_fp8_blockwise", "k11_fp8_rowwise_tma"])
 def test_transposed_b_and_e5m2(kernel):
+    if not gl.runs_here(kernel):
+        pytest.skip(f"{kernel} does not run on this engine")
     qa, qb, sa, sb, ref = _operands(33, 140, 160, kernel, b_layout="transposed")
     assert qb.stride(0) == 1                                   # column-major B
     got = gl.scaled_matmul(qa, qb, sa, sb, kernel=kernel, out_dtype=torch.float32)

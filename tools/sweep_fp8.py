@@ -11,8 +11,8 @@ What it does, in one process, printing its progress:
 1. checks each kernel (``gl.scaled_matmul``) and each ``torch._scaled_mm`` call it times on
    every timed shape, against float64 of the dequantized operands (a wrong product is
    reported and not timed);
-2. times, batches interleaved in one ``harness.time_cuda_many`` call per shape: the four
-   FP8 kernels of lesson 11, ``torch._scaled_mm`` with per-tensor and row-wise scales (with
+2. times, batches interleaved in one ``harness.time_cuda_many`` call per shape: the five
+   FP8 kernels of lesson 11 (``k11_fp8_rowwise_tma`` on Hopper only), ``torch._scaled_mm`` with per-tensor and row-wise scales (with
    ``use_fast_accum`` False and True), the course's bf16 GEMM (``k08_triton_tma``) and
    cuBLAS bf16 (``torch.mm``); once as calls (direct: the host's cost included) and once
    replayed from CUDA graphs (``graph=True``: GPU time alone). Shapes: 4096 and 8192 cubes,
@@ -28,7 +28,7 @@ the ``torch._scaled_mm`` of the same scales and the same accumulation (fast accu
 ``k11_fp8_tensorwise`` / ``k11_fp8_rowwise``, promoted for the others; the block-scaled
 kernel against the row-wise call), named in the ``versions`` column. Extra rows:
 ``k11_fp8_blockwise:vs_rowwise`` (baseline: ``k11_fp8_rowwise``), ``k11_fp8_blockwise:vs_bf16``
-and ``k11_fp8_rowwise:vs_bf16`` (baseline: the course's bf16 GEMM), ``torch._scaled_mm:...:vs_bf16``.
+and ``k11_fp8_rowwise:vs_bf16`` ... (baseline: the course's bf16 GEMM), ``torch._scaled_mm:...:vs_bf16``.
 Error rows (``--errors-out``): kernel, data, M, N, K, rel_error, device, versions.
 """
 from __future__ import annotations
@@ -61,7 +61,8 @@ BF16_KERNEL = "k08_triton_tma"
 KERNELS = {"k11_fp8_tensorwise": ("tensor", "tensor", "tensorwise_fast"),
            "k11_fp8_rowwise": ("row", "col", "rowwise_fast"),
            "k11_fp8_rowwise_promoted": ("row", "col", "rowwise"),
-           "k11_fp8_blockwise": ((1, 128), (128, 128), "rowwise")}
+           "k11_fp8_blockwise": ((1, 128), (128, 128), "rowwise"),
+           "k11_fp8_rowwise_tma": ("row", "col", "rowwise_fast")}
 CONFIGS = [TileConfig(128, 256, 128, 8, 3), TileConfig(128, 256, 128, 8, 4),
            TileConfig(128, 256, 64, 8, 4), TileConfig(128, 128, 128, 4, 4),
            TileConfig(256, 128, 128, 8, 3), TileConfig(64, 256, 128, 4, 4)]
@@ -134,6 +135,8 @@ def calls_for_shape(M, N, K, dev):
     fns = {}
     ops = {}
     for name, (ga, gb, _) in KERNELS.items():
+        if not gl.runs_here(name):
+            continue
         qa, qb, sa, sb, ref = quantized(x, w, ga, gb, dev)
         out = torch.empty(M, N, dtype=OUT, device=dev)
         call = (lambda qa=qa, qb=qb, sa=sa, sb=sb, out=out, name=name:
@@ -197,7 +200,8 @@ def time_shape(M, N, K, dev, timeit, dry, rows, versions, device):
                                   f"use_fast_accum={base.endswith('_fast')}")
         add("k11_fp8_blockwise:vs_rowwise", "k11_fp8_blockwise", "k11_fp8_rowwise",
             "k11_fp8_rowwise")
-        for name in ("k11_fp8_blockwise", "k11_fp8_rowwise", "k11_fp8_rowwise_promoted"):
+        for name in ("k11_fp8_blockwise", "k11_fp8_rowwise", "k11_fp8_rowwise_promoted",
+                     "k11_fp8_rowwise_tma"):
             if name in ms and "bf16_course" in ms:
                 rows.append(results.row(f"{name}:vs_bf16{tag}", 11, E4M3, M, N, K, ms[name],
                                         ms["bf16_course"], device=device,
@@ -251,7 +255,7 @@ def errors_over_k(ks, dev, versions, device, M=512, N=512):
             x, w = operands(M, N, K, seed=K, data=data)
             vals = {}
             for name, (ga, gb, _) in KERNELS.items():
-                if name == "k11_fp8_tensorwise":
+                if name == "k11_fp8_tensorwise" or not gl.runs_here(name):
                     continue
                 qa, qb, sa, sb, ref = quantized(x, w, ga, gb, dev)
                 got = gl.scaled_matmul(qa, qb, sa, sb, kernel=name, out_dtype=torch.float32)

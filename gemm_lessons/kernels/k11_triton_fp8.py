@@ -62,8 +62,10 @@ from ..common import cdiv, dtype_name
 from ..fp8 import SCALE_BLOCK
 from . import Kernel
 from .k07_triton_swizzle import TileConfig, check_offsets, grouped_pid
+from .k08_triton_tma import persistent_programs, tma_view
 
 __all__ = ["tensorwise_kernel", "rowwise_kernel", "blockwise_kernel", "rowwise_promoted_kernel",
+           "rowwise_tma_kernel",
            "FP8", "OUT_DTYPES", "SCALE_BLOCK", "GPU_CONFIG", "SIM_CONFIG", "GROUP_SIZE_M",
            "config_for", "scale_shapes", "unit_scales", "scaled", "asm_job"]
 
@@ -243,6 +245,39 @@ def rowwise_promoted_kernel(
              mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
 
 
+# ------------------------------------------------------------------ 5. per row, lesson 08's fast path
+@triton.jit
+def rowwise_tma_kernel(
+        # TMA descriptors of A (M x K), of B's transpose (N x K: W of nn.Linear) and of C
+        a_desc, bt_desc, c_desc, scale_a_ptr, scale_b_ptr,
+        M, N, K,
+        stride_sam, stride_sbn,
+        BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+        GROUP_SIZE_M: tl.constexpr,
+        NUM_SMS: tl.constexpr,             # the loop's step; the grid is min(NUM_SMS, tiles)
+):
+    start_pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
+    # persistent: this program takes tiles start_pid, start_pid + NUM_SMS, ... in grouped order
+    for tile_id in tl.range(start_pid, num_pid_m * num_pid_n, NUM_SMS, flatten=True):
+        pid_m, pid_n = grouped_pid(tile_id, num_pid_m, num_pid_n, GROUP_SIZE_M)
+        acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            # one bulk copy per tile; outside the operand the copy engine fills zeros
+            a = a_desc.load([pid_m * BLOCK_SIZE_M, ki * BLOCK_SIZE_K])
+            bt = bt_desc.load([pid_n * BLOCK_SIZE_N, ki * BLOCK_SIZE_K])   # K-major, as wgmma wants FP8
+            acc = tl.dot(a, bt.T, acc)
+        # the epilogue: row m's scale and column n's scale multiply C[m, n]
+        offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
+        offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
+        scale_a = tl.load(scale_a_ptr + offs_am * stride_sam)      # (BLOCK_SIZE_M,)
+        scale_b = tl.load(scale_b_ptr + offs_bn * stride_sbn)      # (BLOCK_SIZE_N,)
+        acc = acc * scale_a[:, None] * scale_b[None, :]
+        c_desc.store([pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N], acc.to(c_desc.dtype))
+
+
 # ------------------------------------------------------------------ configurations
 # H200: 128 x 256 tiles 128 deep (one K-step is one 128-wide scale block; four 32-deep FP8
 # wgmma), 3 stages of (16 + 32) KB. tools/sweep_fp8.py times the alternatives.
@@ -299,7 +334,31 @@ def _launch(kernel, granularity, a, b, sa, sb, c, config):
                  num_stages=cfg.num_stages, **extra)
 
 
-def scaled(kernel, granularity):
+def _launch_tma(kernel, granularity, a, b, sa, sb, c, config, sms=None):
+    """The persistent TMA kernel: descriptors of A, of B's transpose and of C. An operand
+    a descriptor cannot address in place (lesson 08's rule: unit last stride, rows 16 bytes
+    apart) is copied into a padded buffer first: A row-major, B column-major (``W.t()``)
+    and K a multiple of 16 are used in place."""
+    from triton.tools.tensor_descriptor import TensorDescriptor
+    M, K = a.shape
+    N = b.shape[1]
+    cfg = config or config_for()
+    sms = persistent_programs(c.device) if sms is None else sms
+    a, bt = tma_view(a), tma_view(b.t())
+    out = tma_view(c, copy=False)
+    descs = (TensorDescriptor.from_tensor(a, [cfg.BM, cfg.BK]),
+             TensorDescriptor.from_tensor(bt, [cfg.BN, cfg.BK]),
+             TensorDescriptor.from_tensor(out, [cfg.BM, cfg.BN]))
+    tiles = cdiv(M, cfg.BM) * cdiv(N, cfg.BN)
+    kernel[(min(sms, tiles),)](*descs, sa, sb, M, N, K, sa.stride(0), sb.stride(1),
+                               BLOCK_SIZE_M=cfg.BM, BLOCK_SIZE_N=cfg.BN, BLOCK_SIZE_K=cfg.BK,
+                               GROUP_SIZE_M=GROUP_SIZE_M, NUM_SMS=sms,
+                               num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+    if out is not c:
+        c.copy_(out)
+
+
+def scaled(kernel, granularity, how=_launch):
     """The launcher of ``kernel``: ``launch(a, b, scale_a, scale_b, out, config=None)``
     writes ``(a * scale_a) @ (b * scale_b)`` into ``out`` (arguments validated by
     ``gl.scaled_matmul``)."""
@@ -307,11 +366,11 @@ def scaled(kernel, granularity):
         if out.dtype in FP8 and not engines.on_gpu():
             # the interpreter's fp32 -> FP8 conversion does not saturate: round in torch
             wide = torch.empty(out.shape, dtype=torch.float32, device=out.device)
-            _launch(kernel, granularity, a, b, scale_a, scale_b, wide, config)
+            how(kernel, granularity, a, b, scale_a, scale_b, wide, config)
             top = torch.finfo(out.dtype).max
             out.copy_(wide.clamp(-top, top))
             return out
-        _launch(kernel, granularity, a, b, scale_a, scale_b, out, config)
+        how(kernel, granularity, a, b, scale_a, scale_b, out, config)
         return out
     launch.__name__ = f"launch_{granularity}"
     return launch
@@ -351,20 +410,22 @@ def asm_job(kernel, granularity, dtype=torch.float8_e4m3fn, *, config=None, cc=(
 
 
 _STEPS = [
-    ("k11_fp8_tensorwise", tensorwise_kernel, "tensor",
+    ("k11_fp8_tensorwise", tensorwise_kernel, "tensor", _launch, (8, 9),
      "FP8 (e4m3/e5m2) GEMM, one scale per operand applied in the epilogue"),
-    ("k11_fp8_rowwise", rowwise_kernel, "row",
+    ("k11_fp8_rowwise", rowwise_kernel, "row", _launch, (8, 9),
      "FP8 GEMM, a scale per row of A and per column of B, in the epilogue"),
-    ("k11_fp8_blockwise", blockwise_kernel, "block",
+    ("k11_fp8_blockwise", blockwise_kernel, "block", _launch, (8, 9),
      "FP8 GEMM, 1x128 (A) and 128x128 (B) block scales applied in the K loop, promoted to fp32"),
-    ("k11_fp8_rowwise_promoted", rowwise_promoted_kernel, "row",
+    ("k11_fp8_rowwise_promoted", rowwise_promoted_kernel, "row", _launch, (8, 9),
      "k11_fp8_rowwise with max_num_imprecise_acc=BLOCK_SIZE_K: fp32 promotion every K-step"),
+    ("k11_fp8_rowwise_tma", rowwise_tma_kernel, "row", _launch_tma, (9, 0),
+     "k11_fp8_rowwise on lesson 08's fast path: TMA descriptors, a persistent grid"),
 ]
 
 KERNELS = [
-    Kernel(name, 11, "triton", FP8, summary, launch=_plain(scaled(fn, gran), gran),
-           source=fn, min_cc=(8, 9), in_ladder=False, step=i + 1,
+    Kernel(name, 11, "triton", FP8, summary, launch=_plain(scaled(fn, gran, how), gran),
+           source=fn, min_cc=cc, in_ladder=False, step=i + 1,
            configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG},
-           scaled=scaled(fn, gran), scales=gran)
-    for i, (name, fn, gran, summary) in enumerate(_STEPS)
+           scaled=scaled(fn, gran, how), scales=gran)
+    for i, (name, fn, gran, how, cc, summary) in enumerate(_STEPS)
 ]
