@@ -21,6 +21,12 @@ tensor cores multiply the FP8 values; the scales are applied around that product
 4. ``rowwise_promoted_kernel`` (**k11_fp8_rowwise_promoted**): step 2 with
    ``tl.dot(..., max_num_imprecise_acc=BLOCK_SIZE_K)``, which asks Triton to do the same
    promotion for a kernel whose scales need none.
+5. ``rowwise_tma_kernel`` (**k11_fp8_rowwise_tma**): step 2 on lesson 08's fast path (TMA
+   descriptors, a persistent grid). An FP8 ``wgmma`` reads both operands K-major (the PTX
+   ISA transposes tiles for fp16/bf16 only), so B comes in through a descriptor of its
+   transpose, the (N, K) weight of ``nn.Linear`` (``torch._scaled_mm``'s layout), and
+   ``tl.dot`` takes ``bt.T``, a view. Operands a descriptor cannot address in place are
+   copied into padded buffers first (``k08_triton_tma.tma_view``). Needs sm_90.
 
 Precision. On Hopper (sm_90), an FP8 ``wgmma`` adds its products into an accumulator that
 keeps about 14 significant bits, not fp32's 24 (measured by DeepSeek-V3 and SageAttention2;
