@@ -3,7 +3,7 @@ measure the error of the accumulator over K, with and without promotion. Needs a
 (compute capability 8.9 or 9.x: Ada, Hopper) for the timings.
 
     python tools/sweep_fp8.py --out gemm_lessons/results/h200_fp8.csv \\
-        --errors-out gemm_lessons/results/h200_fp8_error.csv --budget-s 480
+        --errors-out gemm_lessons/results/h200_fp8_error.csv --budget-s 420
     python tools/sweep_fp8.py --dry-run --out /tmp/fp8.csv   # CPU: tiny shapes, the interpreter
 
 What it does, in one process, printing its progress:
@@ -94,14 +94,17 @@ def operands(M, N, K, seed=0, data="layer"):
 
 
 def quantized(x, w, ga, gb, dev):
-    """(qa, qb, sa, sb, reference) on ``dev``; qb column-major (W.t())."""
+    """(qa, qb, sa, sb, reference) on ``dev`` (quantized there, and the float64 reference
+    computed there: on a GPU in seconds where the CPU would take minutes); qb column-major
+    (W.t())."""
+    x, w = x.to(dev), w.to(dev)
     qa, sa = fp8.quantize(x, ga)
     gwt = {"tensor": "tensor", "col": "row"}.get(gb) if isinstance(gb, str) else (gb[1], gb[0])
     qw, sw = fp8.quantize(w.t().contiguous(), gwt)          # the (N, K) weight, quantized
     qb, sb = qw.t(), sw.t()
     ref = (fp8.dequantize(qa, sa, None if isinstance(ga, str) else ga).double()
            @ fp8.dequantize(qb, sb, None if isinstance(gb, str) else gb).double())
-    return (qa.to(dev), qb.to(dev), sa.to(dev).contiguous(), sb.to(dev).contiguous(), ref)
+    return qa, qb, sa.contiguous(), sb.contiguous(), ref
 
 
 def scaled_mm(qa, qb, sa, sb, fast):
@@ -141,14 +144,14 @@ def calls_for_shape(M, N, K, dev):
         out = torch.empty(M, N, dtype=OUT, device=dev)
         call = (lambda qa=qa, qb=qb, sa=sa, sb=sb, out=out, name=name:
                 gl.scaled_matmul(qa, qb, sa, sb, kernel=name, out=out))
-        fns[name] = (call, lambda call=call, ref=ref: fp8.rel_error(call().cpu(), ref))
+        fns[name] = (call, lambda call=call, ref=ref: fp8.rel_error(call(), ref))
         ops[name] = (qa, qb, sa, sb, ref)
     for gran, kname in (("tensorwise", "k11_fp8_tensorwise"), ("rowwise", "k11_fp8_rowwise")):
         qa, qb, sa, sb, ref = ops[kname]
         for fast in (False, True):
             call = scaled_mm(qa, qb, sa, sb, fast)
             fns[f"{gran}{'_fast' if fast else ''}"] = (
-                call, lambda call=call, ref=ref: fp8.rel_error(call().cpu(), ref))
+                call, lambda call=call, ref=ref: fp8.rel_error(call(), ref))
     xb = x.to(torch.bfloat16).to(dev)
     wb = w.to(torch.bfloat16).to(dev).contiguous()            # (K, N) row-major
     outb = torch.empty(M, N, dtype=torch.bfloat16, device=dev)
@@ -230,7 +233,7 @@ def time_configs(sizes, dev, timeit, rows, versions, device):
                 return entry.scaled(qa, qb, sa, sb, out, config=cfg)
             try:
                 call()
-                rel = fp8.rel_error(out.cpu(), ref)
+                rel = fp8.rel_error(out, ref)
             except Exception as e:  # noqa: BLE001 - a config that does not fit
                 log(f"  config {label}: FAILED: {type(e).__name__}: {str(e)[:120]}")
                 continue
@@ -259,7 +262,7 @@ def errors_over_k(ks, dev, versions, device, M=512, N=512):
                     continue
                 qa, qb, sa, sb, ref = quantized(x, w, ga, gb, dev)
                 got = gl.scaled_matmul(qa, qb, sa, sb, kernel=name, out_dtype=torch.float32)
-                vals[name] = fp8.rel_error(got.cpu(), ref)
+                vals[name] = fp8.rel_error(got, ref)
                 if name == "k11_fp8_rowwise":
                     # cuBLAS's accumulation alone: unit scales and an fp32 C (row-wise
                     # scales need a bf16 C, whose rounding would hide it), the row and
@@ -268,7 +271,7 @@ def errors_over_k(ks, dev, versions, device, M=512, N=512):
                     for fast in (False, True):
                         r = torch._scaled_mm(qa, qb, scale_a=one, scale_b=one,
                                              out_dtype=torch.float32, use_fast_accum=fast)
-                        r = r.cpu().double() * sa.cpu().double() * sb.cpu().double()
+                        r = r.double() * sa.double() * sb.double()
                         vals[f"torch._scaled_mm_fp8:rowwise{'_fast' if fast else ''}"] = \
                             fp8.rel_error(r, ref)
             for name, rel in vals.items():
