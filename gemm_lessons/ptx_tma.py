@@ -408,6 +408,9 @@ else:
         if not (pl.is_int(col) and pl.is_int(row)):
             raise PTXUsageError(f"{fn}: col and row must be integers, got {col!r}, {row!r}")
         col, row = int(col), int(row)
+        if col < 0 or row < 0:      # a load may start outside (zero fill); a store may not
+            raise PTXUsageError(f"{fn}: a store's box must start inside the tensor, got row "
+                                f"{row}, col {col} (an H200 stops with an illegal instruction)")
         if (col * size) % 16:
             raise PTXUsageError(f"{fn}: the box's first column must start on a 16-byte "
                                 f"boundary of the row (col x {size} bytes a multiple of 16), "

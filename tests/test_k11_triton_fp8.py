@@ -31,7 +31,13 @@ def _operands(M, N, K, kernel, dtype=torch.float8_e4m3fn, b_layout="row", seed=0
         qb, sb = fp8.quantize(w, gb, which)
     ref = (fp8.dequantize(qa, sa, _block(ga)).double()
            @ fp8.dequantize(qb, sb, _block(gb)).double())
-    return qa, qb, sa.to(gl.device()), sb.to(gl.device()), ref
+    dev = gl.device()
+    return qa.to(dev), qb.to(dev), sa.to(dev), sb.to(dev), ref
+
+
+# Triton's interpreter multiplies FP8 tiles exactly; a Hopper tensor core accumulates FP8
+# products with about 14 significant bits (lesson 11), so on a GPU the bound is looser
+TOL = 1e-5 if gl.engine().kind != "cuda" else 5e-3
 
 
 @pytest.mark.parametrize("kernel", list(GRAN))
@@ -43,9 +49,9 @@ def test_scaled_product_matches_float64(kernel, shape):
     qa, qb, sa, sb, ref = _operands(M, N, K, kernel)
     dev = gl.device()
     out = torch.full((M, N), float("nan"), dtype=torch.float32, device=dev)
-    got = gl.scaled_matmul(qa.to(dev), qb.to(dev), sa, sb, kernel=kernel, out=out)
+    got = gl.scaled_matmul(qa, qb, sa, sb, kernel=kernel, out=out)
     assert got is out and not torch.isnan(out).any(), "an element was never written"
-    assert fp8.rel_error(out.cpu(), ref) < 1e-5
+    assert fp8.rel_error(out.cpu(), ref) < TOL
 
 
 @pytest.mark.parametrize("kernel", ["k11_fp8_rowwise", "k11_fp8_blockwise", "k11_fp8_rowwise_tma"])
@@ -55,16 +61,17 @@ def test_transposed_b_and_e5m2(kernel):
     qa, qb, sa, sb, ref = _operands(33, 140, 160, kernel, b_layout="transposed")
     assert qb.stride(0) == 1                                   # column-major B
     got = gl.scaled_matmul(qa, qb, sa, sb, kernel=kernel, out_dtype=torch.float32)
-    assert fp8.rel_error(got, ref) < 1e-5
+    assert fp8.rel_error(got.cpu(), ref) < TOL
     qa, qb, sa, sb, ref = _operands(20, 24, 70, kernel, dtype=torch.float8_e5m2)
     got = gl.scaled_matmul(qa, qb, sa, sb, kernel=kernel, out_dtype=torch.bfloat16)
-    assert got.dtype == torch.bfloat16 and fp8.rel_error(got, ref) < 1e-2
+    assert got.dtype == torch.bfloat16 and fp8.rel_error(got.cpu(), ref) < 1e-2
 
 
 def test_fp8_output_saturates():
-    a = torch.full((16, 64), 448.0).to(torch.float8_e4m3fn)
-    b = torch.full((64, 16), 448.0).to(torch.float8_e4m3fn)
-    one = torch.ones((), dtype=torch.float32)
+    dev = gl.device()
+    a = torch.full((16, 64), 448.0).to(torch.float8_e4m3fn).to(dev)
+    b = torch.full((64, 16), 448.0).to(torch.float8_e4m3fn).to(dev)
+    one = torch.ones((), dtype=torch.float32, device=dev)
     got = gl.scaled_matmul(a, b, one, one, kernel="k11_fp8_tensorwise",
                            out_dtype=torch.float8_e4m3fn)
     assert (got.float() == 448).all()
@@ -89,15 +96,17 @@ def test_bad_arguments_are_named():
     with pytest.raises(TypeError, match="out_dtype"):
         gl.scaled_matmul(qa, qb, sa, sb, kernel="k11_fp8_rowwise", out_dtype=torch.int32)
     with pytest.raises(ValueError, match="must divide the scale block"):
-        block_a = fp8.quantize(fp8.activations(20, 70), (1, 128))[1]
-        k11.KERNELS[2].scaled(qa, qb, block_a, torch.ones(1, 1), torch.empty(20, 24),
+        dev = gl.device()
+        block_a = fp8.quantize(fp8.activations(20, 70), (1, 128))[1].to(dev)
+        k11.KERNELS[2].scaled(qa, qb, block_a, torch.ones(1, 1, device=dev),
+                              torch.empty(20, 24, device=dev),
                               config=k11.TileConfig(16, 16, 48, 1, 1))
 
 
 def test_plain_matmul_is_the_product_with_unit_scales():
     a = torch.randn(19, 40).to(torch.float8_e4m3fn)
     b = torch.randn(40, 21).to(torch.float8_e4m3fn)
-    got = gl.matmul(a, b, kernel="k11_fp8_blockwise")
+    got = gl.matmul(a.to(gl.device()), b.to(gl.device()), kernel="k11_fp8_blockwise").cpu()
     assert got.dtype == torch.float8_e4m3fn
     want = (a.double() @ b.double()).clamp(-448, 448).to(torch.float8_e4m3fn)
     assert (got.double() - want.double()).abs().max().item() <= 2 ** -4 * want.double().abs().max().item()

@@ -22,12 +22,12 @@ def test_without_a_gpu_it_says_so(capsys, tmp_path):
 def test_operands_take_scaled_mm_layouts():
     x, w = sweep_fp8.operands(32, 48, 256)
     for ga, gb in (("tensor", "tensor"), ("row", "col"), ((1, 128), (128, 128))):
-        qa, qb, sa, sb, ref = sweep_fp8.quantized(x, w, ga, gb, torch.device("cpu"))
+        qa, qb, sa, sb, ref = sweep_fp8.quantized(x, w, ga, gb, gl.device())
         assert qb.stride(0) == 1 and qa.stride(1) == 1          # B column-major, as W.t()
         assert ref.shape == (32, 48) and sa.is_contiguous() and sb.is_contiguous()
-    qa, qb, sa, sb, ref = sweep_fp8.quantized(x, w, "row", "col", torch.device("cpu"))
+    qa, qb, sa, sb, ref = sweep_fp8.quantized(x, w, "row", "col", gl.device())
     got = torch._scaled_mm(qa, qb, scale_a=sa, scale_b=sb, out_dtype=torch.bfloat16)
-    assert ((got.double() - ref).norm() / ref.norm()).item() < 1e-2
+    assert ((got.double().cpu() - ref.cpu()).norm() / ref.norm()).item() < 1e-2
 
 
 def test_error_rows_on_a_tiny_product():
@@ -35,5 +35,5 @@ def test_error_rows_on_a_tiny_product():
     assert {r["data"] for r in rows} == {"layer", "positive"}
     assert all("fp8" in r["kernel"] and set(r) == set(sweep_fp8.ERROR_FIELDS) for r in rows)
     # the interpreter sums in fp32; a GPU's FP8 accumulator keeps fewer bits
-    tol = 1e-3 if gl.backend() == "cuda" else 1e-5
+    tol = 5e-3 if gl.backend() == "cuda" else 1e-5
     assert all(float(r["rel_error"]) < tol for r in rows)
