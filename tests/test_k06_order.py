@@ -1,5 +1,5 @@
 """Lesson 06, the order of the tiles: the count of what a wave of the persistent grid reads
-(``gemm_lessons.labs.k06_order``), and the GPU tool that times the orders
+(``gemm_lessons.labs.k06``), and the GPU tool that times the orders
 (``tools/sweep_k06_order.py``) on the CPU side.
 
 Every order visits every tile once (it is a permutation: the product does not depend on
@@ -14,7 +14,7 @@ import pytest
 
 import gemm_lessons as gl
 from gemm_lessons.common import cdiv
-from gemm_lessons.labs.k06_order import order_footprint, tile_origins, wave_panels
+from gemm_lessons.labs.k06 import order_footprint, tile_origins, wave_panels
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tools"))
 import sweep_k06_order  # noqa: E402
