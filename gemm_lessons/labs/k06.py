@@ -28,9 +28,9 @@ one text and ends before the next line holding another (section comments such as
 The order of the tiles. A persistent grid of G blocks (one per SM) walks the tiles in
 waves: block b takes tiles b, b + G, b + 2 G, ..., so at any moment the G blocks work on G
 consecutive tile indices, and ``grouped_block(tile, M, N, BM, BN, GROUP_M)`` (the kernels'
-own function) says which tile of the output an index is. The blocks of one wave walk K roughly together, so a k-tile
-of A or B that several of them read comes from DRAM once and from L2 after that, if the
-wave's working set stays in L2 for that long.
+own function) says which tile of the output an index is. The blocks of one wave walk K
+roughly together, so a k-tile of A or B that several of them read comes from DRAM once and
+from L2 after that, if the wave's working set stays in L2 for that long.
 
 :func:`wave_panels` counts, for one wave, the distinct row panels of A (BM rows) and
 column panels of B (BN columns) its tiles read; :func:`order_footprint` sums over every
