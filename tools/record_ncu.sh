@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# Record the Nsight Compute output that lessons 01, 03, 05 and 09 show, on a GPU host.
+# Record the Nsight Compute output that lessons 01, 03, 04, 05, 07 and 09 show, on a GPU host.
 #
 #   bash tools/record_ncu.sh            # from the repository root, with the venv active
 #   bash tools/record_ncu.sh k09        # only the recordings whose file name contains "k09"
 #
 # Each recording is one text file in gemm_lessons/results/recorded/: its first line is the
 # command that produced it (prefixed "$ "), the rest is that command's output. Notebooks 01,
-# 03 and 05 print these files as they are, notebook 09 reads its own with
+# 03 and 05 print these files as they are, notebooks 04, 07 and 09 read theirs with
 # gemm_lessons.results.read_ncu; re-execute them afterwards so that their stored outputs hold
 # the recordings.
 set -euo pipefail
@@ -54,6 +54,16 @@ record ncu_k03_bank_conflicts.txt \
         --metrics l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,smsp__inst_executed_op_shared_ld.sum \
         python -c "$DRIVER" 1024 float32 k03_bank_conflicts k03_padded
 
+# Lesson 04: what each step changed, per kernel at 4096^3 (lesson 02's kernel, then the eight
+# steps, one launch each, in the order tools/ncu_k04_steps.py prints): instructions issued,
+# those of the load/store pipe, shared-load instructions and the wavefronts (passes) they took,
+# bank conflicts, achieved occupancy, issue slots and FMA pipe busy, and the stall reasons
+# (warps stalled per issued instruction, by reason). About a minute on an H200.
+record ncu_k04_steps.txt \
+    ncu --profile-from-start off \
+        --metrics gpu__time_duration.sum,smsp__inst_executed.sum,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_op_shared_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__average_warps_active_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio,smsp__average_warps_issue_stalled_branch_resolving_per_issue_active.ratio \
+        python tools/ncu_k04_steps.py --size 4096
+
 # Lesson 05: where the warps of the tensor-core kernel spend their time at 4096^3
 # (stall reasons per issued instruction, achieved occupancy, tensor-pipe and memory use)
 record ncu_k05_wmma_stalls.txt \
@@ -61,6 +71,14 @@ record ncu_k05_wmma_stalls.txt \
         --section SpeedOfLight --section Occupancy --section WarpStateStats \
         --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
         python -c "$DRIVER" 4096 float16 k05_wmma
+
+# Lesson 07: the L2 side of the tile order, fp16, one launch of each order at 4096^3 and at
+# 8192^3 (grouped, GROUP_SIZE_M=8, then row-major, at each size): L2 hit rate, bytes read
+# from DRAM, kernel time
+record ncu_k07_tile_order.txt \
+    ncu --kernel-name regex:matmul_kernel \
+        --metrics lts__t_sector_hit_rate.pct,dram__bytes_read.sum,gpu__time_duration.sum \
+        python tools/sweep_k07_k08.py --profile
 
 # Lesson 09: what cuBLAS runs for eager's addmm and for mm alone on 1024 x 1024 x 16384, the
 # suite's shape where the fused kernel loses, beside k09_fused_tma_splitk as its autotuner
