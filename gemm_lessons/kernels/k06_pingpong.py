@@ -30,12 +30,9 @@ and four stages and the two scratches fit in shared memory (:func:`smem_bytes`).
 from dataclasses import dataclass
 from functools import lru_cache
 
-import numpy as np
-import torch
 from numba import cuda, float32, int16, int64
 from numba.types import float16
 
-from .. import engines
 from ..ptx_hopper import (SWIZZLE_SMEM_ALIGN, setmaxnreg_dec, setmaxnreg_inc,
                           wgmma_commit_group, wgmma_fence, wgmma_mma, wgmma_store_d_swizzled,
                           wgmma_wait_group)
@@ -45,13 +42,10 @@ from ..ptx_simt import launch_bounds
 from ..ptx_tma import (bulk_commit_group, bulk_wait_group_read, fence_proxy_async,
                        tma_load_2d, tma_store_2d)
 from . import FP16_BF16, Kernel
-from . import k06_wgmma, k06_wide_stores
-from .k06_persistent import SMEM_LIMIT, grid_size
-from .k06_producer_consumer import (BK, ProducerConsumerConfig, registers, tensor_map,
-                                    will_use_tma)
-from .k06_tma_store import OUT_BOX, will_store_with_tma
-from .tc_common import (TileConfig, allow_smem, check_bf16, check_hopper, engine_config,
-                        grouped_block)
+from .k06_persistent import SMEM_LIMIT
+from .k06_producer_consumer import BK, ProducerConsumerConfig, registers
+from .k06_tma_store import OUT_BOX, launch
+from .tc_common import TileConfig, engine_config, grouped_block
 
 __all__ = ["PingpongConfig", "GPU_CONFIG", "SIM_CONFIG", "BUGS", "smem_bytes", "make_kernel",
            "kernel_for", "run", "pingpong", "KERNELS"]
@@ -229,28 +223,11 @@ def kernel_for(config=None, bf16=False):
 def run(a, b, c, out, alpha=1.0, beta=0.0, config=None, bug=None, blocks=None):
     """``out = alpha * a @ b + beta * c``; ``c`` may be None when ``beta == 0``. ``blocks``:
     the size of the persistent grid (default: one block per SM; at most one per tile).
-    ``k06_wide_stores`` runs where ``beta != 0`` or TMA cannot address ``out``,
-    ``k06_wgmma`` where it cannot address ``a`` or ``b``."""
-    check_hopper(KERNELS[0], "TMA and wgmma exist")
-    check_bf16(a.dtype)
-    if not will_store_with_tma(out, beta)[0]:
-        k06_wide_stores.run(a, b, c, out, alpha, beta, None, None, blocks)
-        return
-    if not will_use_tma(a, b)[0]:
-        k06_wgmma.run(a, b, c, out, alpha, beta)
-        return
-    cfg = engine_config(GPU_CONFIG, SIM_CONFIG, config)
-    kernel = make_kernel(cfg, a.dtype == torch.bfloat16, bug)
-    M, K = a.shape
-    N = b.shape[1]
-    grid = grid_size(M, N, cfg, blocks)
-    # the maps (cached by address, shape and strides) and the tensors stay referenced here
-    # until the launch is queued
-    tA, tB, tOut = tensor_map(a, cfg.BM), tensor_map(b, BK), tensor_map(out, OUT_BOX)
-    args = (engines.as_numba(tA), engines.as_numba(tB), engines.as_numba(tOut), M, N, K,
-            np.float32(alpha))
-    allow_smem(kernel, args, kernel.smem_bytes)
-    kernel[grid, kernel.threads, engines.numba_stream(), kernel.smem_bytes](*args)
+    ``k06_tma_store``'s launcher (:func:`k06_tma_store.launch`): ``k06_wide_stores``
+    runs where ``beta != 0`` or TMA cannot address ``out``, ``k06_wgmma`` where it cannot
+    address ``a`` or ``b``."""
+    launch(KERNELS[0], make_kernel, (GPU_CONFIG, SIM_CONFIG), a, b, c, out, alpha, beta,
+           config, bug, blocks)
 
 
 def pingpong(a, b, c):

@@ -60,7 +60,8 @@ from .k06_producer_consumer import (BK, ProducerConsumerConfig, registers, tenso
 from .tc_common import allow_smem, check_bf16, check_hopper, engine_config, grouped_block
 
 __all__ = ["TmaStoreConfig", "GPU_CONFIG", "SIM_CONFIG", "BUGS", "OUT_BOX", "smem_bytes",
-           "will_store_with_tma", "make_kernel", "kernel_for", "run", "tma_store", "KERNELS"]
+           "will_store_with_tma", "make_kernel", "kernel_for", "run", "launch", "tma_store",
+           "KERNELS"]
 
 #: the broken variants :func:`make_kernel` builds: the ring's two, and ``'no_store_wait'``
 BUGS = (None, "parity", "no_release", "no_store_wait")
@@ -232,19 +233,30 @@ def run(a, b, c, out, alpha=1.0, beta=0.0, config=None, bug=None, blocks=None):
     """``out = alpha * a @ b + beta * c``; ``c`` may be None when ``beta == 0``. ``blocks``:
     the size of the persistent grid (default: one block per SM; at most one per tile).
     ``k06_wide_stores`` runs where ``beta != 0`` or TMA cannot address ``out``
-    (:func:`will_store_with_tma`), ``k06_wgmma`` where it cannot address ``a`` or ``b``."""
-    check_hopper(KERNELS[0], "TMA and wgmma exist")
+    (:func:`will_store_with_tma`), with this ``config``; ``k06_wgmma`` where it cannot
+    address ``a`` or ``b``."""
+    wide = asdict(config) if config is not None and not isinstance(config, dict) else config
+    launch(KERNELS[0], make_kernel, (GPU_CONFIG, SIM_CONFIG), a, b, c, out, alpha, beta,
+           config, bug, blocks, wide)
+
+
+def launch(entry, make, configs, a, b, c, out, alpha, beta, config, bug, blocks,
+           wide_config=None):
+    """:func:`run` for the kernel ``make(cfg, bf16, bug)`` builds, ``cfg`` the GPU or the
+    simulator's configuration of ``configs`` with ``config``'s changes (this kernel, or
+    step 9's). Where TMA cannot store ``out`` or ``beta != 0``, ``k06_wide_stores`` runs
+    with ``wide_config`` (None: its own); where it cannot load ``a`` or ``b``,
+    ``k06_wgmma``."""
+    check_hopper(entry, "TMA and wgmma exist")
     check_bf16(a.dtype)
     if not will_store_with_tma(out, beta)[0]:
-        if config is not None and not isinstance(config, dict):
-            config = asdict(config)
-        k06_wide_stores.run(a, b, c, out, alpha, beta, config, None, blocks)
+        k06_wide_stores.run(a, b, c, out, alpha, beta, wide_config, None, blocks)
         return
     if not will_use_tma(a, b)[0]:
         k06_wgmma.run(a, b, c, out, alpha, beta)
         return
-    cfg = engine_config(GPU_CONFIG, SIM_CONFIG, config)
-    kernel = make_kernel(cfg, a.dtype == torch.bfloat16, bug)
+    cfg = engine_config(*configs, config)
+    kernel = make(cfg, a.dtype == torch.bfloat16, bug)
     M, K = a.shape
     N = b.shape[1]
     grid = grid_size(M, N, cfg, blocks)
