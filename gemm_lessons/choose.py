@@ -17,12 +17,18 @@ engineer would ask:
    cuBLAS. Where both M and N are 256 or more, ``k08_triton_tma`` stages such an operand
    through a padded, aligned copy (one pass over it, small beside the product) and keeps
    its wide TMA copies; on thinner products the copy costs more than it saves.
-4. **How many tiles?** A grid of 128 x 256 tiles with fewer tiles than the GPU has
-   multiprocessors (132 on an H200) leaves some idle: split-K (lesson 08) cuts K into
-   slices so that there are programs enough. From 2048 rows on, where the tiles are at
-   least as many as the multiprocessors and TMA can read the operands in place, the
-   persistent TMA kernel (at 2048 x 1024 there are only 16 x 4 = 64 such tiles: split-K).
-5. **An epilogue?** ``gl.gemm`` with bias and activation: where split-K would be chosen,
+4. **How many tiles, and how evenly do they fill the GPU?** A grid of 128 x 256 tiles
+   runs in waves of one tile per multiprocessor (132 on an H200): 144 tiles take two waves,
+   the second with 12 tiles and 120 multiprocessors idle. The unsplit TMA kernels are chosen
+   from 2048 rows on where the tiles fill their waves at least three-quarters full on
+   average (at 2048 x 1024 there are only 16 x 4 = 64 tiles; at 6128 x 568, 48 x 3 = 144
+   tiles fill 2 waves 55 % full); elsewhere split-K (lesson 08) cuts K into slices so that
+   there are programs enough.
+5. **Is B the transposed weight?** ``W.t()`` of an ``nn.Linear`` weight has contiguous
+   columns: lesson 08's TMA kernel would copy it, while lesson 09's TMA kernel builds its
+   descriptor on ``W`` itself and transposes each tile in shared memory (free for wgmma).
+   With no epilogue asked for, that kernel computes a plain product.
+6. **An epilogue?** ``gl.gemm`` with bias and activation: where split-K would be chosen,
    lesson 09's split-K fused kernel (pointer loads: its call costs the least host time,
    and its slices fill the GPU), else the TMA fused kernel; batched products the batched
    TMA kernel.
@@ -39,13 +45,15 @@ import torch
 from . import engines
 from .common import cdiv, sm_count
 
-__all__ = ["AUTO", "kernel_for", "tma_addressable", "wide_loads", "MANY_ROWS", "SMALL"]
+__all__ = ["AUTO", "kernel_for", "tma_addressable", "wide_loads", "wave_fill", "MANY_ROWS",
+           "SMALL"]
 
 AUTO = "auto"
 MANY_ROWS = 2048          # rows from which the unsplit TMA kernels may fill the GPU ...
 TILE = (128, 256)         # ... with as many of their 128 x 256 tiles as there are SMs
 SMALL = 2 ** 27           # multiply-adds below which the host's time per call dominates
 WIDE_COPY = 256           # M and N from which staging a misaligned operand pays
+FULL_WAVES = 0.75         # how full, on average, the unsplit kernels' waves of tiles must be
 
 
 def tma_addressable(t):
@@ -66,6 +74,12 @@ def wide_loads(t):
             and t.data_ptr() % 16 == 0)
 
 
+def wave_fill(tiles, sms):
+    """How full the waves of ``tiles`` tiles are on average, one tile per multiprocessor at a
+    time (1.0: every wave full)."""
+    return tiles / (cdiv(tiles, sms) * sms) if tiles else 0.0
+
+
 def kernel_for(a, b, *, fused=False, batched=False):
     """The registered kernel ``kernel="auto"`` runs for ``a @ b`` (``fused``: a ``gl.gemm``
     call with an epilogue; ``batched``: a 3-D operand or C)."""
@@ -73,7 +87,9 @@ def kernel_for(a, b, *, fused=False, batched=False):
     half = a.dtype in (torch.float16, torch.bfloat16)
     hopper = eng.kind == "cuda" and tuple(eng.capability)[0] == 9
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
-    full = M >= MANY_ROWS and cdiv(M, TILE[0]) * cdiv(N, TILE[1]) >= sm_count()
+    sms = sm_count()
+    tiles = cdiv(M, TILE[0]) * cdiv(N, TILE[1])
+    full = M >= MANY_ROWS and tiles >= sms and wave_fill(tiles, sms) >= FULL_WAVES
     if fused:
         if batched:
             return "k09_fused_tma" if hopper and half else "k09_fused_epilogue"
@@ -86,4 +102,6 @@ def kernel_for(a, b, *, fused=False, batched=False):
         return "k08_triton_tma" if min(M, N) >= WIDE_COPY else "k08_triton_splitk"
     if full and tma_addressable(a) and tma_addressable(b):
         return "k08_triton_tma"
+    if full and tma_addressable(a) and tma_addressable(b.t()):
+        return "k09_fused_tma"            # B = W.t(): a descriptor on W, no copy
     return "k08_triton_splitk"

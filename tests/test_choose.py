@@ -30,7 +30,9 @@ def hopper(monkeypatch):
     ((16, 4096, 4096), {}, "k08_triton_splitk", "k09_fused_splitk"),        # few rows
     ((8192, 4096, 4096), {}, "k08_triton_tma", "k09_fused_tma"),            # many tiles
     ((2048, 1024, 8192), {}, "k08_triton_splitk", "k09_fused_splitk"),      # 64 tiles < 132
-    ((8192, 4096, 4096), {"layout": "wt"}, "k08_triton_splitk", "k09_fused_tma"),  # W.t()
+    ((8192, 4096, 4096), {"layout": "wt"}, "k09_fused_tma", "k09_fused_tma"),  # W.t() in place
+    ((6128, 568, 14792), {}, "k08_triton_splitk", "k09_fused_splitk"),      # 2 waves 55 % full
+    ((2048, 14336, 4096), {}, "k08_triton_tma", "k09_fused_tma"),           # 896 tiles: 97 %
     ((602, 7719, 2910), {"misalign": True}, "k08_triton_tma", "k09_fused_splitk"),  # staged
     ((2023, 82, 23222), {"misalign": True}, "k08_triton_splitk", "k09_fused_splitk"),  # thin
     ((7, 150, 150), {"layout": "wt"}, "k08_triton_splitk", "k09_fused_splitk"),   # small
@@ -53,6 +55,12 @@ def test_the_rule_below_hopper_for_fp32_and_off_a_gpu(hopper):
         "k08_triton_splitk"
     hopper.kind = "simulator"
     assert choose.kernel_for(a, b, fused=True) == "k09_fused_epilogue"
+
+
+def test_wave_fill():
+    assert choose.wave_fill(132, 132) == 1.0 and choose.wave_fill(0, 132) == 0.0
+    assert choose.wave_fill(144, 132) == pytest.approx(144 / 264)
+    assert choose.wave_fill(896, 132) == pytest.approx(896 / 924)
 
 
 def test_wide_loads_and_tma_reads():

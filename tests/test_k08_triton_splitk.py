@@ -194,13 +194,34 @@ def test_rows_of_8_halves_are_copied_16_bytes_at_a_time():
     M, N, K = 120, 4744, 2520
     div = sk.aligned((K, N, K, 1, 1, K, N, 1), 2)
     assert div == (8, 8, 8, 1, 1, 8, 8, 1)
-    assert sk.aligned((K + 1, N, 1, 4, 0, 3, N, 1), 2) == (1, 8, 1, 1, 8, 1, 8, 1)
+    assert sk.aligned((K + 1, N, 1, 4, 0, 3, N, 1), 2) == (1, 8, 1, 4, 8, 1, 8, 1)
+    assert sk.aligned((9238, 1810, 12, 6, 4), 2) == (2, 2, 4, 2, 4)
+    assert sk.aligned((12, 6, 3), 4) == (4, 2, 1)     # fp32: 4 elements in 16 bytes
     job = sk.asm_job(sk.make_config(64, 128, 64, 4, 4, split_k=2), M=M, N=N, K=K)
     job["args"].update(stride_bk=1, stride_bn=K)
     job["constants"]["DIV"] = div
     ptx = triton_asm.compile_kernels([job])[0]["ptx"]
     assert "ld.global.b16" not in ptx
     assert len(re.findall(r"cp\.async\.cg\.shared\.global \[[^]]*\], \[[^]]*\], 0x10", ptx)) >= 8
+
+
+def test_rows_of_an_even_number_of_halves_are_still_pipelined():
+    # K = 9238 and N = 1810 are even, not multiples of 8: DIV says 2, so the loads are 4
+    # bytes wide, which cp.async takes (its pipeline runs), instead of 2-byte loads
+    import re
+    from gemm_lessons import triton_asm
+    M, N, K = 145, 1810, 9238
+    strides = dict(stride_am=K, stride_ak=1, stride_bk=N, stride_bn=1, stride_cm=N,
+                   stride_cn=1)
+    counts = []
+    for div in ((1,) * 8, sk.aligned((K, N, K, 1, N, 1, N, 1), 2)):
+        job = sk.asm_job(sk.make_config(64, 128, 64, 4, 4, split_k=2), M=M, N=N, K=K)
+        job["args"].update(strides)
+        job["constants"]["DIV"] = div
+        ptx = triton_asm.compile_kernels([job])[0]["ptx"]
+        counts.append(len(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^]]*\], "
+                                     r"\[[^]]*\], 0x4", ptx)))
+    assert counts[0] == 0 and counts[1] >= 32, counts
 
 
 @pytest.mark.parametrize("layout", ["row", "wt"])

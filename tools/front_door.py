@@ -55,8 +55,8 @@ from gemm_lessons.results import FIELDS, versions_text  # noqa: E402
 from gemm_lessons.shapes import SHAPES_LLM, shape_arg  # noqa: E402
 
 EXTRA = ["layout", "prepare_ms", "status", "run"]
-PLAIN = ["k08_triton_splitk", "k08_triton_tma", "k08_triton_autotune", "k07_triton_swizzle",
-         "auto"]
+PLAIN = ["k08_triton_splitk", "k08_triton_tma", "k09_fused_tma", "k08_triton_autotune",
+         "k07_triton_swizzle", "auto"]
 FUSED = ["k09_fused_tma_splitk", "k09_fused_ws", "k09_fused_tma", "k09_fused_splitk", "auto"]
 DTYPE = torch.float16
 

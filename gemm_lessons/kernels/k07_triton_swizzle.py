@@ -181,10 +181,20 @@ def check_offsets(*pairs):
 
 def aligned(values, itemsize):
     """``DIV`` for a kernel that takes it: for each size or stride in ``values`` (elements),
-    the elements in 16 bytes (8 halves) where the value is a multiple of them, else 1. A 1
-    stays 1: Triton makes a unit stride a constant itself."""
+    the largest power of two, up to the elements in 16 bytes (8 halves), that divides it.
+
+    Triton proves a value a multiple of 16 or nothing, so a row of 2520 halves (a multiple
+    of 8, not of 16) is loaded 2 bytes at a time. Told 8, it loads 16 bytes at a time; told
+    2 (a row of 9238 halves), 4 bytes, still wide enough for ``cp.async`` and its pipeline.
+    A 1 stays 1: Triton makes a unit stride a constant itself."""
     unit = max(1, 16 // itemsize)
-    return tuple(unit if v % unit == 0 and v != 1 else 1 for v in values)
+    div = []
+    for v in values:
+        d = unit if v != 1 else 1
+        while d > 1 and v % d:
+            d //= 2
+        div.append(d)
+    return tuple(div)
 
 
 def operands(a, b):
