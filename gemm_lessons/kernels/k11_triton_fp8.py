@@ -17,7 +17,9 @@ tensor cores multiply the FP8 values; the scales are applied around that product
    along K, so they no longer factor out of the sum: each K-step's product is computed on its
    own (``tl.dot`` from zero, in the tensor core's accumulator), multiplied by the scales of
    its K block, and added into the fp32 accumulator on the CUDA cores. That addition is also
-   the *promotion*: the tensor core's accumulator never holds more than one K-step.
+   the *promotion*: the tensor core's accumulator never holds more than one K-step. A tile's
+   columns lie in one 128-wide block of B (``BLOCK_SIZE_N`` divides 128), so a K-step's
+   scales are one factor per row, ``sa * sb``, and the promotion one multiply-add per element.
 4. ``rowwise_promoted_kernel`` (**k11_fp8_rowwise_promoted**): step 2 with
    ``tl.dot(..., max_num_imprecise_acc=BLOCK_SIZE_K)``, which asks Triton to do the same
    promotion for a kernel whose scales need none.
@@ -41,7 +43,10 @@ default.
 
 Every shape and stride: as lesson 07 (rows and columns past the edge wrap around, loads are
 masked on K, the store on M and N; scale loads follow the wrapped rows and columns, so they
-stay in bounds). Offsets are 32-bit. Operands: ``torch.float8_e4m3fn`` or
+stay in bounds). Offsets are 32-bit. The four pointer kernels share lesson 07's steps as
+``@triton.jit`` helpers that Triton inlines: ``tile_pointers`` (the tile, the wrapped rows
+and columns, the first K-step's pointers), ``load_tiles`` (a K-step's masked loads) and
+``store_tile`` (the masked store). Operands: ``torch.float8_e4m3fn`` or
 ``torch.float8_e5m2``, the same for A and B; scales float32 with any strides; C in bf16, fp16
 or fp32 (or FP8, for the registry's plain ``a @ b``, see below). Needs compute capability
 8.9 (FP8 tensor cores: Ada, Hopper) on a GPU.
@@ -72,11 +77,52 @@ from .k08_triton_tma import persistent_programs, tma_view
 
 __all__ = ["tensorwise_kernel", "rowwise_kernel", "blockwise_kernel", "rowwise_promoted_kernel",
            "rowwise_tma_kernel",
-           "FP8", "OUT_DTYPES", "SCALE_BLOCK", "GPU_CONFIG", "SIM_CONFIG", "GROUP_SIZE_M",
-           "config_for", "scale_shapes", "unit_scales", "scaled", "asm_job"]
+           "tile_pointers", "load_tiles", "store_tile",
+           "FP8", "OUT_DTYPES", "SCALE_BLOCK", "GPU_CONFIG", "PROMOTED_CONFIG", "SIM_CONFIG",
+           "GROUP_SIZE_M", "gpu_config", "config_for", "scale_shapes", "unit_scales", "scaled",
+           "asm_job"]
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32) + FP8
+
+
+# ------------------------------------------------------------------ the pointer kernels' shared steps
+@triton.jit
+def tile_pointers(a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn,
+                  BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
+                  BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr):
+    """Lesson 07's prologue: this program's tile of C (grouped order), its rows of A and
+    columns of B (past the edge they wrap around), the pointers of its first K-step's tiles."""
+    pid = tl.program_id(axis=0)
+    pid_m, pid_n = grouped_pid(pid, tl.cdiv(M, BLOCK_SIZE_M), tl.cdiv(N, BLOCK_SIZE_N),
+                               GROUP_SIZE_M)
+    offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
+    offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
+    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+    return pid_m, pid_n, offs_am, offs_bn, a_ptrs, b_ptrs
+
+
+@triton.jit
+def load_tiles(a_ptrs, b_ptrs, k, K, BLOCK_SIZE_K: tl.constexpr):
+    """K-step ``k``'s FP8 tiles of A and B, zeros past K."""
+    offs_k = tl.arange(0, BLOCK_SIZE_K)
+    k_left = K - k * BLOCK_SIZE_K
+    a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)
+    b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+    return a, b
+
+
+@triton.jit
+def store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn,
+               BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr):
+    """The tile of C, in C's dtype, masked at the edges."""
+    offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
+    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
+    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
+    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
+             mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
 
 
 # ------------------------------------------------------------------ 1. one scale per tensor
@@ -91,31 +137,20 @@ def tensorwise_kernel(
         BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
         GROUP_SIZE_M: tl.constexpr,
 ):
-    pid = tl.program_id(axis=0)
-    pid_m, pid_n = grouped_pid(pid, tl.cdiv(M, BLOCK_SIZE_M), tl.cdiv(N, BLOCK_SIZE_N),
-                               GROUP_SIZE_M)
-    offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
-    offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
-    offs_k = tl.arange(0, BLOCK_SIZE_K)
-    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
-    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+    pid_m, pid_n, offs_am, offs_bn, a_ptrs, b_ptrs = tile_pointers(
+        a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn,
+        BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M)
 
     acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-        k_left = K - k * BLOCK_SIZE_K
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)   # FP8 tiles
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        a, b = load_tiles(a_ptrs, b_ptrs, k, K, BLOCK_SIZE_K)      # FP8 tiles
         acc = tl.dot(a, b, acc)            # FP8 x FP8 on the tensor cores, fp32 out
         a_ptrs += BLOCK_SIZE_K * stride_ak
         b_ptrs += BLOCK_SIZE_K * stride_bk
 
     # the epilogue: the scales factor out of the sum over K, one multiply per element
     acc = acc * (tl.load(scale_a_ptr) * tl.load(scale_b_ptr))
-    offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
-             mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+    store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_SIZE_M, BLOCK_SIZE_N)
 
 
 # ------------------------------------------------------------------ 2. per row of A, per column of B
@@ -131,20 +166,13 @@ def rowwise_kernel(
         BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
         GROUP_SIZE_M: tl.constexpr,
 ):
-    pid = tl.program_id(axis=0)
-    pid_m, pid_n = grouped_pid(pid, tl.cdiv(M, BLOCK_SIZE_M), tl.cdiv(N, BLOCK_SIZE_N),
-                               GROUP_SIZE_M)
-    offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
-    offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
-    offs_k = tl.arange(0, BLOCK_SIZE_K)
-    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
-    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+    pid_m, pid_n, offs_am, offs_bn, a_ptrs, b_ptrs = tile_pointers(
+        a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn,
+        BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M)
 
     acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-        k_left = K - k * BLOCK_SIZE_K
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)   # FP8 tiles
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        a, b = load_tiles(a_ptrs, b_ptrs, k, K, BLOCK_SIZE_K)      # FP8 tiles
         acc = tl.dot(a, b, acc)            # FP8 x FP8 on the tensor cores, fp32 out
         a_ptrs += BLOCK_SIZE_K * stride_ak
         b_ptrs += BLOCK_SIZE_K * stride_bk
@@ -153,11 +181,7 @@ def rowwise_kernel(
     scale_a = tl.load(scale_a_ptr + offs_am * stride_sam)      # (BLOCK_SIZE_M,)
     scale_b = tl.load(scale_b_ptr + offs_bn * stride_sbn)      # (BLOCK_SIZE_N,)
     acc = acc * scale_a[:, None] * scale_b[None, :]
-    offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
-             mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+    store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_SIZE_M, BLOCK_SIZE_N)
 
 
 # ------------------------------------------------------------------ 3. block scales in the K loop
@@ -173,39 +197,28 @@ def blockwise_kernel(
         stride_sbk, stride_sbn,            # scale_b: (ceil(K / 128), ceil(N / 128))
         BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
         GROUP_SIZE_M: tl.constexpr,
-        SCALE_BLOCK: tl.constexpr,         # 128; BLOCK_SIZE_K divides it
+        SCALE_BLOCK: tl.constexpr,         # 128; BLOCK_SIZE_K and BLOCK_SIZE_N divide it
 ):
-    pid = tl.program_id(axis=0)
-    pid_m, pid_n = grouped_pid(pid, tl.cdiv(M, BLOCK_SIZE_M), tl.cdiv(N, BLOCK_SIZE_N),
-                               GROUP_SIZE_M)
-    offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
-    offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
-    offs_k = tl.arange(0, BLOCK_SIZE_K)
-    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
-    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
-    # each row's scales along K, each column's 128-wide block of B's scales
+    pid_m, pid_n, offs_am, offs_bn, a_ptrs, b_ptrs = tile_pointers(
+        a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn,
+        BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M)
+    # each row's scales along K; the tile's columns lie in one 128-wide block of B's scales
     sa_ptrs = scale_a_ptr + offs_am * stride_sam                            # (BLOCK_SIZE_M,)
-    sb_ptrs = scale_b_ptr + (offs_bn // SCALE_BLOCK) * stride_sbn           # (BLOCK_SIZE_N,)
+    sb_ptr = scale_b_ptr + (pid_n * BLOCK_SIZE_N // SCALE_BLOCK) * stride_sbn   # one scale
 
     acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-        k_left = K - k * BLOCK_SIZE_K
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)   # FP8 tiles
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
-        partial = tl.dot(a, b)             # this K-step alone, in the tensor core's accumulator
         kb = (k * BLOCK_SIZE_K) // SCALE_BLOCK                  # the K block of this step
-        scale_a = tl.load(sa_ptrs + kb * stride_sak)             # (BLOCK_SIZE_M,)
-        scale_b = tl.load(sb_ptrs + kb * stride_sbk)             # (BLOCK_SIZE_N,)
-        # promotion: the scaled partial sum joins the fp32 accumulator on the CUDA cores
-        acc += partial * scale_a[:, None] * scale_b[None, :]
+        # its scales, loaded before the tensor core starts; sa * sb: one factor per row
+        scale = tl.load(sa_ptrs + kb * stride_sak) * tl.load(sb_ptr + kb * stride_sbk)
+        a, b = load_tiles(a_ptrs, b_ptrs, k, K, BLOCK_SIZE_K)      # FP8 tiles
+        partial = tl.dot(a, b)             # this K-step alone, in the tensor core's accumulator
+        # promotion: one fp32 multiply-add per element, on the CUDA cores
+        acc += partial * scale[:, None]
         a_ptrs += BLOCK_SIZE_K * stride_ak
         b_ptrs += BLOCK_SIZE_K * stride_bk
 
-    offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
-             mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+    store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_SIZE_M, BLOCK_SIZE_N)
 
 
 # ------------------------------------------------------------------ 4. per row, promoted by Triton
@@ -221,20 +234,13 @@ def rowwise_promoted_kernel(
         BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
         GROUP_SIZE_M: tl.constexpr,
 ):
-    pid = tl.program_id(axis=0)
-    pid_m, pid_n = grouped_pid(pid, tl.cdiv(M, BLOCK_SIZE_M), tl.cdiv(N, BLOCK_SIZE_N),
-                               GROUP_SIZE_M)
-    offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
-    offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
-    offs_k = tl.arange(0, BLOCK_SIZE_K)
-    a_ptrs = a_ptr + (offs_am[:, None] * stride_am + offs_k[None, :] * stride_ak)
-    b_ptrs = b_ptr + (offs_k[:, None] * stride_bk + offs_bn[None, :] * stride_bn)
+    pid_m, pid_n, offs_am, offs_bn, a_ptrs, b_ptrs = tile_pointers(
+        a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn,
+        BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M)
 
     acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
     for k in range(0, tl.cdiv(K, BLOCK_SIZE_K)):
-        k_left = K - k * BLOCK_SIZE_K
-        a = tl.load(a_ptrs, mask=offs_k[None, :] < k_left, other=0.0)   # FP8 tiles
-        b = tl.load(b_ptrs, mask=offs_k[:, None] < k_left, other=0.0)
+        a, b = load_tiles(a_ptrs, b_ptrs, k, K, BLOCK_SIZE_K)      # FP8 tiles
         # at most BLOCK_SIZE_K products in the tensor core's accumulator, then an fp32 add
         acc = tl.dot(a, b, acc, max_num_imprecise_acc=BLOCK_SIZE_K)
         a_ptrs += BLOCK_SIZE_K * stride_ak
@@ -244,11 +250,7 @@ def rowwise_promoted_kernel(
     scale_a = tl.load(scale_a_ptr + offs_am * stride_sam)      # (BLOCK_SIZE_M,)
     scale_b = tl.load(scale_b_ptr + offs_bn * stride_sbn)      # (BLOCK_SIZE_N,)
     acc = acc * scale_a[:, None] * scale_b[None, :]
-    offs_cm = pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)
-    offs_cn = pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)
-    c_ptrs = c_ptr + stride_cm * offs_cm[:, None] + stride_cn * offs_cn[None, :]
-    tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
-             mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+    store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_SIZE_M, BLOCK_SIZE_N)
 
 
 # ------------------------------------------------------------------ 5. per row, lesson 08's fast path
@@ -285,18 +287,31 @@ def rowwise_tma_kernel(
 
 
 # ------------------------------------------------------------------ configurations
-# H200: 128 x 256 tiles 128 deep (one K-step is one 128-wide scale block; four 32-deep FP8
-# wgmma), 3 stages of (16 + 32) KB. tools/sweep_fp8.py times the alternatives.
+# H200, scales in the epilogue: 128 x 256 tiles 128 deep (four 32-deep FP8 wgmma per
+# K-step), 3 stages of (16 + 32) KB. tools/sweep_fp8.py --configs times the alternatives.
 GPU_CONFIG = TileConfig(128, 256, 128, 8, 3)
+# H200, promotion in the K loop: a thread holds two fp32 tiles, the running sum and the
+# K-step's partial sum. 128 x 256 over 256 threads is 2 x 128 registers a thread, past the
+# 255 a thread may have: the compiled kernel spills to local memory inside the K loop.
+# 128 x 128 over 256 threads is 2 x 64 (ptxas: 182 registers, no spills), one K-step per
+# 128-wide scale block, and a tile's columns share one scale of B; 4 stages of (16 + 16) KB.
+PROMOTED_CONFIG = TileConfig(128, 128, 128, 8, 4)
 # the interpreter: 16 x 16 tiles 32 deep (FP8 dots need K >= 32 on a GPU, kept here), so a
 # 128-wide scale block spans four K-steps and the suite's shapes span several tiles
 SIM_CONFIG = TileConfig(16, 16, 32, 1, 1)
 GROUP_SIZE_M = 8
+PROMOTING = (blockwise_kernel, rowwise_promoted_kernel)
 
 
-def config_for():
-    """The tile configuration of this engine."""
-    return GPU_CONFIG if engines.on_gpu() else SIM_CONFIG
+def gpu_config(kernel):
+    """The GPU configuration of ``kernel``: PROMOTED_CONFIG for the kernels that promote in
+    the K loop, GPU_CONFIG for the others."""
+    return PROMOTED_CONFIG if kernel in PROMOTING else GPU_CONFIG
+
+
+def config_for(kernel=blockwise_kernel):
+    """The tile configuration of ``kernel`` on this engine."""
+    return gpu_config(kernel) if engines.on_gpu() else SIM_CONFIG
 
 
 def scale_shapes(granularity, M, N, K):
@@ -322,10 +337,13 @@ def unit_scales(granularity, M, N, K, device):
 def _launch(kernel, granularity, a, b, sa, sb, c, config):
     M, K = a.shape
     N = b.shape[1]
-    cfg = config or config_for()
+    cfg = config or config_for(kernel)
     if granularity == "block" and SCALE_BLOCK % cfg.BK:
         raise ValueError(f"BK={cfg.BK} must divide the scale block ({SCALE_BLOCK}): a K-step "
                          "may not straddle two scale blocks")
+    if granularity == "block" and SCALE_BLOCK % cfg.BN:
+        raise ValueError(f"BN={cfg.BN} must divide the scale block ({SCALE_BLOCK}): a tile's "
+                         "columns share one block scale of B")
     check_offsets(a, b, c)
     scale_strides = (() if granularity == "tensor" else
                      (sa.stride(0), sb.stride(1)) if granularity == "row" else
@@ -348,7 +366,7 @@ def _launch_tma(kernel, granularity, a, b, sa, sb, c, config, sms=None):
     from triton.tools.tensor_descriptor import TensorDescriptor
     M, K = a.shape
     N = b.shape[1]
-    cfg = config or config_for()
+    cfg = config or config_for(kernel)
     if config is None and c.element_size() == 4:
         # an fp32 output tile (128 x 256 x 4 bytes = 128 KB, staged for its TMA store) and
         # three stages of operands (3 x 48 KB) pass the 227 KB of shared memory: two stages
@@ -399,7 +417,7 @@ def asm_job(kernel, granularity, dtype=torch.float8_e4m3fn, *, config=None, cc=(
     """The compilation of the GPU configuration for ``cc`` as a launch on contiguous
     ``size``-cubed operands (A row-major, B column-major: ``W.t()``) would specialise it (for
     :func:`gemm_lessons.triton_asm.compile_kernels`)."""
-    cfg = config or GPU_CONFIG
+    cfg = config or gpu_config(kernel)
     name = dtype_name(dtype)
     args = {"a_ptr": name, "b_ptr": name, "c_ptr": dtype_name(out_dtype),
             "scale_a_ptr": "float32", "scale_b_ptr": "float32", "M": size, "N": size,
@@ -435,7 +453,7 @@ _STEPS = [
 KERNELS = [
     Kernel(name, 11, "triton", FP8, summary, launch=_plain(scaled(fn, gran, how), gran),
            source=fn, min_cc=cc, in_ladder=False, step=i + 1,
-           configs={"gpu": GPU_CONFIG, "simulator": SIM_CONFIG},
+           configs={"gpu": gpu_config(fn), "simulator": SIM_CONFIG},
            scaled=scaled(fn, gran, how), scales=gran)
     for i, (name, fn, gran, how, cc, summary) in enumerate(_STEPS)
 ]
