@@ -37,3 +37,22 @@ def test_error_rows_on_a_tiny_product():
     # the interpreter sums in fp32; a GPU's FP8 accumulator keeps fewer bits
     tol = 5e-3 if gl.backend() == "cuda" else 1e-5
     assert all(float(r["rel_error"]) < tol for r in rows)
+
+
+def test_shapes_and_kernels_are_parsed():
+    import argparse
+    import pytest
+    assert sweep_fp8.parse_shapes("4096,512x1024x2048") == [(4096,) * 3, (512, 1024, 2048)]
+    with pytest.raises(argparse.ArgumentTypeError, match="MxNxK"):
+        sweep_fp8.parse_shapes("64x64")
+    assert sweep_fp8.parse_kernels("k11_fp8_blockwise, k11_fp8_rowwise") == (
+        "k11_fp8_blockwise", "k11_fp8_rowwise")
+    with pytest.raises(argparse.ArgumentTypeError, match="unknown k11_fp8_nope"):
+        sweep_fp8.parse_kernels("k11_fp8_nope")
+
+
+def test_a_kernel_filter_keeps_the_baselines():
+    fns = sweep_fp8.calls_for_shape(32, 32, 128, gl.device(), ("k11_fp8_blockwise",))
+    assert "k11_fp8_blockwise" in fns and "k11_fp8_rowwise" not in fns
+    assert {"tensorwise", "rowwise_fast"} <= set(fns)     # torch._scaled_mm, always timed
+    assert fns["k11_fp8_blockwise"][1]() < 1e-2 and fns["rowwise"][1]() < 1e-2

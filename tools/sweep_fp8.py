@@ -5,6 +5,11 @@ measure the error of the accumulator over K, with and without promotion. Needs a
     python tools/sweep_fp8.py --out gemm_lessons/results/h200_fp8.csv \\
         --errors-out gemm_lessons/results/h200_fp8_error.csv --budget-s 420
     python tools/sweep_fp8.py --dry-run --out /tmp/fp8.csv   # CPU: tiny shapes, the interpreter
+    # the block-scaled kernel against the per-row ones and bf16, with its configurations:
+    python tools/sweep_fp8.py --shapes 4096,8192 --budget-s 150 \\
+        --kernels k11_fp8_blockwise,k11_fp8_rowwise,k11_fp8_rowwise_tma,k11_fp8_rowwise_promoted \
+        --configs k11_fp8_blockwise,k11_fp8_rowwise_promoted \\
+        --out $OUT/h200_fp8_block.csv --errors-out $OUT/h200_fp8_block_error.csv
 
 What it does, in one process, printing its progress:
 
@@ -17,7 +22,10 @@ What it does, in one process, printing its progress:
    cuBLAS bf16 (``torch.mm``); once as calls (direct: the host's cost included) and once
    replayed from CUDA graphs (``graph=True``: GPU time alone). Shapes: 4096 and 8192 cubes,
    then the shape suite's (``SHAPES_LLM``) with M >= 512, while ``--budget-s`` lasts;
-3. ``--configs``: the per-row kernel's other tile configurations at 4096 and 8192;
+3. ``--configs``: at the timed cubes, other tile configurations of the per-row kernel
+   (against ``torch._scaled_mm``) and of the two promoting kernels (against
+   ``k11_fp8_rowwise`` in its own configuration), with the course's bf16 GEMM in the same
+   interleaved batches;
 4. the error over K (512 ... 16384; M = N = 512), on layer-like data and on positive data
    (every product positive: the sums grow with K), of the per-row kernel unpromoted and
    promoted, the block-scaled kernel and ``torch._scaled_mm`` both ways.
@@ -30,6 +38,10 @@ kernel against the row-wise call), named in the ``versions`` column. Extra rows:
 ``k11_fp8_blockwise:vs_rowwise`` (baseline: ``k11_fp8_rowwise``), ``k11_fp8_blockwise:vs_bf16``
 and ``k11_fp8_rowwise:vs_bf16`` ... (baseline: the course's bf16 GEMM), ``torch._scaled_mm:...:vs_bf16``.
 Error rows (``--errors-out``): kernel, data, M, N, K, rel_error, device, versions.
+
+``--kernels`` keeps some of the FP8 kernels (the ``torch._scaled_mm`` calls and the bf16
+GEMMs are always timed), ``--shapes`` names the shapes (``4096`` for a cube, ``MxNxK``),
+``--no-errors`` skips step 4; ``--configs NAMES`` limits step 3 to those kernels.
 """
 from __future__ import annotations
 
@@ -66,6 +78,13 @@ KERNELS = {"k11_fp8_tensorwise": ("tensor", "tensor", "tensorwise_fast"),
 CONFIGS = [TileConfig(128, 256, 128, 8, 3), TileConfig(128, 256, 128, 8, 4),
            TileConfig(128, 256, 64, 8, 4), TileConfig(128, 128, 128, 4, 4),
            TileConfig(256, 128, 128, 8, 3), TileConfig(64, 256, 128, 4, 4)]
+# the promoting kernels hold two fp32 tiles a thread (the sum and the K-step's partial):
+# tiles of at most 64 of them a thread (ptxas, sm_90: no spills); the block kernel's
+# BLOCK_SIZE_N divides 128. 64 x 128 over 4 warps leaves room for two programs a
+# multiprocessor (189 registers, 96 KB), whose promotions may overlap each other's wgmma.
+PROMOTED_CONFIGS = [TileConfig(128, 128, 128, 8, 4), TileConfig(128, 128, 128, 8, 3),
+                    TileConfig(64, 128, 128, 4, 4), TileConfig(64, 128, 128, 4, 3),
+                    TileConfig(128, 64, 128, 4, 4), TileConfig(128, 128, 64, 8, 4)]
 ERROR_K = (512, 1024, 2048, 4096, 8192, 16384)
 ERROR_FIELDS = ["kernel", "data", "M", "N", "K", "rel_error", "device", "versions"]
 
@@ -131,14 +150,14 @@ def timer(dry):
     return cpu_many
 
 
-def calls_for_shape(M, N, K, dev):
+def calls_for_shape(M, N, K, dev, kernels=tuple(KERNELS)):
     """{name: (call, check)}: every callable timed on this shape, each with a function that
     returns its relative error against float64 (None: no check, a bf16 product)."""
     x, w = operands(M, N, K)
     fns = {}
     ops = {}
     for name, (ga, gb, _) in KERNELS.items():
-        if not gl.runs_here(name):
+        if name not in kernels or not gl.runs_here(name):
             continue
         qa, qb, sa, sb, ref = quantized(x, w, ga, gb, dev)
         out = torch.empty(M, N, dtype=OUT, device=dev)
@@ -147,7 +166,8 @@ def calls_for_shape(M, N, K, dev):
         fns[name] = (call, lambda call=call, ref=ref: fp8.rel_error(call(), ref))
         ops[name] = (qa, qb, sa, sb, ref)
     for gran, kname in (("tensorwise", "k11_fp8_tensorwise"), ("rowwise", "k11_fp8_rowwise")):
-        qa, qb, sa, sb, ref = ops[kname]
+        ga, gb, _ = KERNELS[kname]
+        qa, qb, sa, sb, ref = ops[kname] if kname in ops else quantized(x, w, ga, gb, dev)
         for fast in (False, True):
             call = scaled_mm(qa, qb, sa, sb, fast)
             fns[f"{gran}{'_fast' if fast else ''}"] = (
@@ -182,8 +202,9 @@ def check_all(fns, M, N, K):
     return good
 
 
-def time_shape(M, N, K, dev, timeit, dry, rows, versions, device):
-    fns = calls_for_shape(M, N, K, dev)
+def time_shape(M, N, K, dev, timeit, dry, rows, versions, device, kernels=tuple(KERNELS)):
+    log(f"{shape_name(M, N, K)}: quantizing, compiling and checking")
+    fns = calls_for_shape(M, N, K, dev, kernels)
     good = check_all(fns, M, N, K)
     log(f"{shape_name(M, N, K)}: checked {len(good)}/{len(fns)} against float64")
     calls = {n: fns[n][0] for n in good}
@@ -219,46 +240,83 @@ def time_shape(M, N, K, dev, timeit, dry, rows, versions, device):
         log(f"  {how}, TFLOP/s: {line}")
 
 
-def time_configs(sizes, dev, timeit, rows, versions, device):
+def _label(cfg):
+    return f"{cfg.BM}x{cfg.BN}x{cfg.BK}w{cfg.num_warps}s{cfg.num_stages}"
+
+
+def _entry(name):
+    return next(k for k in gl.kernels() if k.name == name)
+
+
+def time_configs(sizes, dev, timeit, rows, versions, device, kernels=tuple(KERNELS)):
+    """Other tile configurations at each cube of ``sizes``: the per-row kernel's against
+    ``torch._scaled_mm`` (fast accumulation), the promoting kernels' against
+    ``k11_fp8_rowwise``; every configuration checked against float64 first; the course's
+    bf16 GEMM in the same interleaved batches (graph replays)."""
+    plan = [("k11_fp8_rowwise", CONFIGS, "rowwise_fast",
+             "torch._scaled_mm rowwise use_fast_accum=True")]
+    plan += [(k, PROMOTED_CONFIGS, "k11_fp8_rowwise", "k11_fp8_rowwise")
+             for k in ("k11_fp8_blockwise", "k11_fp8_rowwise_promoted")]
+    plan = [p for p in plan if p[0] in kernels and gl.runs_here(p[0])]
     for n in sizes:
         x, w = operands(n, n, n)
-        qa, qb, sa, sb, ref = quantized(x, w, "row", "col", dev)
-        out = torch.empty(n, n, dtype=OUT, device=dev)
-        entry = gl.kernels()[[k.name for k in gl.kernels()].index("k11_fp8_rowwise")]
-        calls = {"rowwise_fast": scaled_mm(qa, qb, sa, sb, True)}
-        for cfg in CONFIGS:
-            label = f"{cfg.BM}x{cfg.BN}x{cfg.BK}w{cfg.num_warps}s{cfg.num_stages}"
+        base_ops = quantized(x, w, "row", "col", dev)
+        qa, qb, sa, sb, _ = base_ops
+        out_base = torch.empty(n, n, dtype=OUT, device=dev)
+        calls = {"rowwise_fast": scaled_mm(qa, qb, sa, sb, True),
+                 "k11_fp8_rowwise": lambda: gl.scaled_matmul(qa, qb, sa, sb, out=out_base,
+                                                             kernel="k11_fp8_rowwise")}
+        if gl.runs_here(BF16_KERNEL):
+            xb = x.to(torch.bfloat16).to(dev)
+            wb = w.to(torch.bfloat16).to(dev).contiguous()
+            outb = torch.empty(n, n, dtype=torch.bfloat16, device=dev)
+            calls["bf16_course"] = lambda: gl.matmul(xb, wb, BF16_KERNEL, out=outb)
+        bases = {}
+        for name, cfgs, base, what in plan:
+            ga, gb, _ = KERNELS[name]
+            qa_, qb_, sa_, sb_, ref = quantized(x, w, ga, gb, dev)
+            out = torch.empty(n, n, dtype=OUT, device=dev)
+            entry = _entry(name)
+            for cfg in cfgs:
+                label = f"{name}@{_label(cfg)}"
 
-            def call(cfg=cfg):
-                return entry.scaled(qa, qb, sa, sb, out, config=cfg)
-            try:
-                call()
-                rel = fp8.rel_error(out, ref)
-            except Exception as e:  # noqa: BLE001 - a config that does not fit
-                log(f"  config {label}: FAILED: {type(e).__name__}: {str(e)[:120]}")
-                continue
-            if rel > 1e-2:
-                log(f"  config {label}: WRONG ({rel:.2e})")
-                continue
-            calls[label] = call
+                def call(entry=entry, ops=(qa_, qb_, sa_, sb_), out=out, cfg=cfg):
+                    return entry.scaled(*ops, out, config=cfg)
+                log(f"  config {label}: compiling and checking")
+                try:
+                    call()
+                    rel = fp8.rel_error(out, ref)
+                except Exception as e:  # noqa: BLE001 - a config that does not fit
+                    log(f"  config {label}: FAILED: {type(e).__name__}: {str(e)[:120]}")
+                    continue
+                if rel > 1e-2:
+                    log(f"  config {label}: WRONG ({rel:.2e})")
+                    continue
+                calls[label] = call
+                bases[label] = (base, what)
+        log(f"configs at {n}: timing {len(calls)} callables (graph replays, interleaved)")
         ms = timeit(calls, graph=True)
-        for label, t in ms.items():
-            if label != "rowwise_fast":
-                rows.append(results.row(f"k11_fp8_rowwise@{label}:graph", 11, E4M3, n, n, n,
-                                        t, ms["rowwise_fast"], device=device,
-                                        versions=f"{versions}; baseline torch._scaled_mm "
-                                                 "rowwise use_fast_accum=True (graph)"))
+        for label, (base, what) in bases.items():
+            if label in ms and base in ms:
+                rows.append(results.row(f"{label}:graph", 11, E4M3, n, n, n, ms[label],
+                                        ms[base], device=device,
+                                        versions=f"{versions}; baseline {what} (graph)"))
+            if label in ms and "bf16_course" in ms and not label.startswith("k11_fp8_rowwise@"):
+                rows.append(results.row(f"{label}:vs_bf16:graph", 11, E4M3, n, n, n, ms[label],
+                                        ms["bf16_course"], device=device,
+                                        versions=f"{versions}; baseline {BF16_KERNEL} bf16 (graph)"))
         log(f"configs at {n}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in ms.items()))
 
 
-def errors_over_k(ks, dev, versions, device, M=512, N=512):
+def errors_over_k(ks, dev, versions, device, M=512, N=512, kernels=tuple(KERNELS)):
     out = []
     for data in ("layer", "positive"):
         for K in ks:
             x, w = operands(M, N, K, seed=K, data=data)
             vals = {}
             for name, (ga, gb, _) in KERNELS.items():
-                if name == "k11_fp8_tensorwise" or not gl.runs_here(name):
+                if (name == "k11_fp8_tensorwise" or name not in kernels
+                        or not gl.runs_here(name)):
                     continue
                 qa, qb, sa, sb, ref = quantized(x, w, ga, gb, dev)
                 got = gl.scaled_matmul(qa, qb, sa, sb, kernel=name, out_dtype=torch.float32)
@@ -288,15 +346,45 @@ def write_errors(path, rows):
         w.writerows(rows)
 
 
+def parse_shapes(text):
+    """'4096,8192' (cubes) or '512x4096x4096,...' -> [(M, N, K), ...]."""
+    shapes = []
+    for item in text.split(","):
+        dims = [int(d) for d in item.lower().split("x")]
+        if len(dims) == 1:
+            dims *= 3
+        if len(dims) != 3 or min(dims) < 1:
+            raise argparse.ArgumentTypeError(f"{item!r}: a size (a cube) or MxNxK")
+        shapes.append(tuple(dims))
+    return shapes
+
+
+def parse_kernels(text):
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in KERNELS]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}: the FP8 kernels are "
+                                         f"{', '.join(KERNELS)}")
+    return tuple(names)
+
+
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True, help="the timings CSV (gemm_lessons.results format)")
     p.add_argument("--errors-out", help="the error-over-K CSV (default: --out's name + _error)")
     p.add_argument("--budget-s", type=float, default=480.0,
-                   help="no new shape is started after this many seconds (the error "
-                        "measurement is kept for the end and always runs)")
-    p.add_argument("--configs", action="store_true",
-                   help="also time the per-row kernel's other tile configurations")
+                   help="no new shape (or --configs) is started after this many seconds (the "
+                        "error measurement is kept for the end and runs unless --no-errors)")
+    p.add_argument("--shapes", type=parse_shapes,
+                   help="comma-separated: a size (a cube) or MxNxK (default: 4096, 8192, then "
+                        "the shape suite's with M >= 512)")
+    p.add_argument("--kernels", type=parse_kernels, default=tuple(KERNELS),
+                   help="comma-separated FP8 kernels to time (default: all five; the "
+                        "torch._scaled_mm calls and the bf16 GEMMs are always timed)")
+    p.add_argument("--configs", nargs="?", const=",".join(KERNELS), type=parse_kernels,
+                   help="also time other tile configurations, at the timed cubes, of the "
+                        "per-row kernel and of the promoting kernels (or of those named)")
+    p.add_argument("--no-errors", action="store_true", help="skip the error over K")
     p.add_argument("--dry-run", action="store_true",
                    help="on the CPU: tiny shapes through Triton's interpreter, wall-clock "
                         "times (meaningless), every code path but the CUDA timers")
@@ -321,26 +409,37 @@ def main(argv=None):
         shapes = [(4096, 4096, 4096), (8192, 8192, 8192)] + [s for s in SHAPES_LLM
                                                             if s[0] >= 512]
         ks = ERROR_K
+    shapes = args.shapes or shapes
+    cubes = [m for m, n, k in shapes if m == n == k]
+    kernels = args.kernels
     timeit = timer(dry)
     rows = []
-    log(f"{device}; {len(shapes)} shapes; budget {args.budget_s:.0f} s")
+    log(f"{device}; {len(shapes)} shapes; kernels {', '.join(kernels)}; "
+        f"budget {args.budget_s:.0f} s")
     for i, (M, N, K) in enumerate(shapes):
         if time.time() - T0 > args.budget_s:
             log(f"budget spent: {len(shapes) - i} shapes left untimed")
             break
         try:
-            time_shape(M, N, K, dev, timeit, dry, rows, versions, device)
+            time_shape(M, N, K, dev, timeit, dry, rows, versions, device, kernels)
         except Exception:  # noqa: BLE001 - report and go on
             log(f"FAILED on {shape_name(M, N, K)}:\n{traceback.format_exc(limit=4)}")
         results.merge_csv(args.out, rows, keep=False)      # what is done, kept at each step
-    if args.configs and time.time() - T0 < args.budget_s:
-        try:
-            time_configs((256,) if dry else (4096, 8192), dev, timeit, rows, versions, device)
-        except Exception:  # noqa: BLE001
-            log(f"FAILED in --configs:\n{traceback.format_exc(limit=4)}")
-        results.merge_csv(args.out, rows, keep=False)
+    if args.configs:
+        for n in (cubes if args.shapes or not dry else [256]):
+            if time.time() - T0 > args.budget_s:
+                log(f"budget spent: configurations at {n} left untimed")
+                break
+            try:
+                time_configs((n,), dev, timeit, rows, versions, device, args.configs)
+            except Exception:  # noqa: BLE001
+                log(f"FAILED in --configs at {n}:\n{traceback.format_exc(limit=4)}")
+            results.merge_csv(args.out, rows, keep=False)
     log(f"wrote {len(rows)} rows to {args.out}")
-    err = errors_over_k(ks, dev, versions, device, *((32, 32) if dry else (512, 512)))
+    if args.no_errors:
+        return 0
+    err = errors_over_k(ks, dev, versions, device, *((32, 32) if dry else (512, 512)),
+                        kernels=kernels)
     write_errors(errors_out, err)
     log(f"wrote {len(err)} error rows to {errors_out}")
     return 0
