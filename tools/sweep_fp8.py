@@ -7,7 +7,7 @@ measure the error of the accumulator over K, with and without promotion. Needs a
     python tools/sweep_fp8.py --dry-run --out /tmp/fp8.csv   # CPU: tiny shapes, the interpreter
     # the block-scaled kernel against the per-row ones and bf16, with its configurations:
     python tools/sweep_fp8.py --shapes 4096,8192 --budget-s 150 \\
-        --kernels k11_fp8_blockwise,k11_fp8_rowwise,k11_fp8_rowwise_tma,k11_fp8_rowwise_promoted \
+        --kernels k11_fp8_blockwise,k11_fp8_rowwise,k11_fp8_rowwise_tma,k11_fp8_rowwise_promoted \\
         --configs k11_fp8_blockwise,k11_fp8_rowwise_promoted \\
         --out $OUT/h200_fp8_block.csv --errors-out $OUT/h200_fp8_block_error.csv
 
