@@ -103,6 +103,34 @@ def test_bad_arguments_are_named():
                               config=k11.TileConfig(16, 16, 48, 1, 1))
 
 
+def test_block_tile_columns_share_one_scale_of_b():
+    qa, qb, _, _, _ = _operands(20, 24, 70, "k11_fp8_rowwise")
+    dev = gl.device()
+    block_a = fp8.quantize(fp8.activations(20, 70), (1, 128))[1].to(dev)
+    with pytest.raises(ValueError, match="BN=256 must divide the scale block"):
+        k11.KERNELS[2].scaled(qa, qb, block_a, torch.ones(1, 1, device=dev),
+                              torch.empty(20, 24, device=dev),
+                              config=k11.TileConfig(16, 256, 32, 1, 1))
+
+
+def test_promoting_kernels_compile_without_spills():
+    """Compiled for sm_90 in their GPU configuration, the kernels that promote in the K loop
+    keep both fp32 tiles (the sum, the K-step's partial) in registers, and the block kernel's
+    promotion is one fused multiply-add per element of C a thread holds."""
+    import re
+    from gemm_lessons import triton_asm
+    jobs = [k11.asm_job(k11.blockwise_kernel, "block"),
+            k11.asm_job(k11.rowwise_promoted_kernel, "row")]
+    block, promoted = triton_asm.compile_kernels(jobs)
+    cfg = k11.PROMOTED_CONFIG
+    per_thread = cfg.BM * cfg.BN // (32 * cfg.num_warps)
+    assert len(re.findall(r"\bfma\.rn\.f32", block["ptx"])) == per_thread
+    for asm in (block, promoted):
+        if not asm["sass"]:
+            pytest.skip("nvdisasm not found: no SASS to read")
+        assert not re.search(r"\b(?:STL|LDL)\b", asm["sass"]), "registers spill to local memory"
+
+
 def test_plain_matmul_is_the_product_with_unit_scales():
     a = torch.randn(19, 40).to(torch.float8_e4m3fn)
     b = torch.randn(40, 21).to(torch.float8_e4m3fn)
