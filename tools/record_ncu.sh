@@ -58,9 +58,10 @@ record ncu_k03_bank_conflicts.txt \
 # steps, one launch each, in the order tools/ncu_k04_steps.py prints): instructions issued,
 # those of the load/store pipe, shared-load instructions and the wavefronts (passes) they took,
 # bank conflicts, achieved occupancy, issue slots and FMA pipe busy, and the stall reasons
-# (warps stalled per issued instruction, by reason). About a minute on an H200.
+# (warps stalled per issued instruction, by reason); base units (nanoseconds, bytes), so that
+# results.read_ncu reads every value in one unit. About a minute on an H200.
 record ncu_k04_steps.txt \
-    ncu --profile-from-start off \
+    ncu --profile-from-start off --print-units base \
         --metrics gpu__time_duration.sum,smsp__inst_executed.sum,smsp__inst_executed_pipe_lsu.sum,smsp__inst_executed_op_shared_ld.sum,l1tex__data_pipe_lsu_wavefronts_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum,sm__warps_active.avg.pct_of_peak_sustained_active,smsp__issue_active.avg.pct_of_peak_sustained_active,sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,smsp__average_warps_active_per_issue_active.ratio,smsp__average_warps_issue_stalled_barrier_per_issue_active.ratio,smsp__average_warps_issue_stalled_long_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_short_scoreboard_per_issue_active.ratio,smsp__average_warps_issue_stalled_mio_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_lg_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_math_pipe_throttle_per_issue_active.ratio,smsp__average_warps_issue_stalled_wait_per_issue_active.ratio,smsp__average_warps_issue_stalled_not_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_selected_per_issue_active.ratio,smsp__average_warps_issue_stalled_dispatch_stall_per_issue_active.ratio,smsp__average_warps_issue_stalled_no_instruction_per_issue_active.ratio,smsp__average_warps_issue_stalled_branch_resolving_per_issue_active.ratio \
         python tools/ncu_k04_steps.py --size 4096
 
@@ -74,9 +75,9 @@ record ncu_k05_wmma_stalls.txt \
 
 # Lesson 07: the L2 side of the tile order, fp16, one launch of each order at 4096^3 and at
 # 8192^3 (grouped, GROUP_SIZE_M=8, then row-major, at each size): L2 hit rate, bytes read
-# from DRAM, kernel time
+# from DRAM, kernel time (base units: bytes, nanoseconds)
 record ncu_k07_tile_order.txt \
-    ncu --kernel-name regex:matmul_kernel \
+    ncu --kernel-name regex:matmul_kernel --print-units base \
         --metrics lts__t_sector_hit_rate.pct,dram__bytes_read.sum,gpu__time_duration.sum \
         python tools/sweep_k07_k08.py --profile
 
