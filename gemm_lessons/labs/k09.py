@@ -5,13 +5,16 @@ kernels against torch eager and ``torch.compile``, and split-K against no split.
     lab.fusion_bytes(8192, 16384)                 # bytes, unfused vs fused
     print(lab.bench_epilogue())                    # on a GPU: one run, every baseline
     lab.bench_split_k(256, 256, 65536)             # {label: ms}
-    lab.suite_ratios("h200_epilogue_shapes.csv", "k09_fused_tma_splitk", "eager")
+    lab.suite_ratios("h200_epilogue_ws.csv", "k09_fused_tma_splitk", "eager")
+    lab.show_diff_part("k07_triton_swizzle", "k09_fused_epilogue", None, "num_pid_m")
+    lab.show_gluon_diff("    # 1.", "    # 4.")     # k09_fused_ws against the kernel before it
 
 Each benchmark checks what it times against torch first, and times the baselines in the
 same run (ratios, never a lone time). Off the GPU nothing is timed: the result says so.
 """
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass, field
 
 import torch
@@ -22,9 +25,11 @@ from ..kernels import k09_fused_splitk as fsk
 from ..kernels import k09_fused_tma_splitk as tsk
 from ..kernels import k09_fused_tma as tma
 from ..kernels import k09_fused_ws as wsk
+from .k06 import show_diff_part, show_part  # noqa: F401  (the lesson reads diffs in parts)
 
 __all__ = ["fusion_bytes", "EpilogueBench", "epilogue_operands", "bench_epilogue",
-           "bench_split_k", "suite_ratios", "summarize", "BASELINES", "KERNEL_NAMES"]
+           "bench_split_k", "suite_ratios", "summarize", "BASELINES", "KERNEL_NAMES",
+           "show_part", "show_diff_part", "show_gluon_diff"]
 
 
 def fusion_bytes(M, N, dtype=torch.float16, unfused_passes=1):
@@ -261,3 +266,24 @@ def summarize(ratios):
         raise ValueError("no ratios to summarize: is the kernel in that recording?")
     return (common.geomean(ratios.values()), min(ratios, key=ratios.get), max(ratios, key=ratios.get),
             sum(v < 1 for v in ratios.values()))
+
+
+# ------------------------------------------------------------------ the Gluon step as a diff
+def show_gluon_diff(start=None, end=None, context=2):
+    """Print what ``k09_fused_ws``'s kernel changes in ``k09_fused_tma_splitk``'s, from the
+    first line that holds ``start`` up to the next that holds ``end`` (``None``: the start or
+    the end of the source), as :func:`show_diff_part` does. Gluon names most operations as
+    ``tl`` does (``gl.program_id``, ``gl.cdiv``), so the old kernel is read with ``tl.`` as
+    ``gl.``: what the diff shows is what the step changed, not the module's name."""
+    old = api.source_text(tsk.fused_tma_splitk_kernel).replace("tl.", "gl.")
+    new = api.source_text(wsk.fused_ws_kernel)
+
+    def part(text):
+        lines = text.splitlines()
+        i = 0 if start is None else next(n for n, ln in enumerate(lines) if start in ln)
+        j = len(lines) if end is None else next(
+            (n for n in range(i + 1, len(lines)) if end in lines[n]), len(lines))
+        return lines[i:j]
+    print("\n".join(difflib.unified_diff(
+        part(old), part(new), "k09_fused_tma_splitk (tl. read as gl.)", "k09_fused_ws",
+        n=context, lineterm="")))
