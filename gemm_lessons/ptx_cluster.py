@@ -32,8 +32,9 @@ Host side: :func:`launch_cluster` launches a numba kernel with a cluster shape. 
 ``cuda.core.LaunchConfig`` without ``cluster``. The launch here builds the same call with
 ``LaunchConfig(cluster=...)`` (the driver's ``cuLaunchKernelEx`` with
 ``CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION``), from the kernel numba compiled for the
-arguments and the argument marshalling numba uses (two of numba-cuda's private members:
-``_codelibrary`` and ``_prepare_args``; numba-cuda is pinned below 0.31).
+arguments and the argument marshalling numba uses (numba-cuda's private
+``_codelibrary``, ``_prepare_args`` and ``driver._to_core_stream``; numba-cuda is pinned
+below 0.31).
 
 The simulator runs the blocks of a grid one after another, so the blocks of a cluster
 never run at once there: it emulates clusters of **one block** only, where these
@@ -179,6 +180,8 @@ if not SIMULATED:
         if c[0] * c[1] * c[2] > MAX_PORTABLE_CLUSTER:
             raise ValueError(f"launch_cluster: at most {MAX_PORTABLE_CLUSTER} blocks per "
                              f"cluster, got {c}")
+        from numba.cuda.cudadrv import driver
+        stream = driver._to_core_stream(stream)     # as numba's own launch does
         compiled = _compiled_for(kernel, args)
         kargs, retr = [], []
         for ty, val in zip(compiled.argument_types, args):

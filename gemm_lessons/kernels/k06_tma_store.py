@@ -44,11 +44,13 @@ from numba import cuda, float32, int16, int64
 from numba.types import float16
 
 from .. import engines
+from ..common import cdiv, sm_count
 from ..ptx_hopper import (SWIZZLE_SMEM_ALIGN, setmaxnreg_dec, setmaxnreg_inc,
                           wgmma_commit_group, wgmma_fence, wgmma_mma, wgmma_store_d_swizzled,
                           wgmma_wait_group)
 from ..ptx_mbarrier import (fence_mbarrier_init, mbarrier_arrive, mbarrier_arrive_expect_tx,
                             mbarrier_init, mbarrier_wait, named_barrier_sync)
+from ..ptx_cluster import launch_cluster
 from ..ptx_simt import launch_bounds
 from ..ptx_tma import (bulk_commit_group, bulk_wait_group_read, fence_proxy_async,
                        tma_addressable, tma_load_2d, tma_store_2d)
@@ -241,12 +243,12 @@ def run(a, b, c, out, alpha=1.0, beta=0.0, config=None, bug=None, blocks=None):
 
 
 def launch(entry, make, configs, a, b, c, out, alpha, beta, config, bug, blocks,
-           wide_config=None):
+           wide_config=None, cluster=1):
     """:func:`run` for the kernel ``make(cfg, bf16, bug)`` builds, ``cfg`` the GPU or the
     simulator's configuration of ``configs`` with ``config``'s changes (this kernel, or
-    step 9's). Where TMA cannot store ``out`` or ``beta != 0``, ``k06_wide_stores`` runs
-    with ``wide_config`` (None: its own); where it cannot load ``a`` or ``b``,
-    ``k06_wgmma``."""
+    step 9's, or ``k06_cluster``'s, launched in clusters of ``cluster`` blocks along N).
+    Where TMA cannot store ``out`` or ``beta != 0``, ``k06_wide_stores`` runs with
+    ``wide_config`` (None: its own); where it cannot load ``a`` or ``b``, ``k06_wgmma``."""
     check_hopper(entry, "TMA and wgmma exist")
     check_bf16(a.dtype)
     if not will_store_with_tma(out, beta)[0]:
@@ -260,13 +262,20 @@ def launch(entry, make, configs, a, b, c, out, alpha, beta, config, bug, blocks,
     M, K = a.shape
     N = b.shape[1]
     grid = grid_size(M, N, cfg, blocks)
+    if cluster > 1:             # whole clusters, each on a cluster's tile of BM x cluster * BN
+        grid = cluster * min(max(1, (blocks or sm_count()) // cluster),
+                             cdiv(M, cfg.BM) * cdiv(N, cluster * cfg.BN))
     # the maps (cached by address, shape and strides) and the tensors stay referenced here
     # until the launch is queued
     tA, tB, tOut = tensor_map(a, cfg.BM), tensor_map(b, BK), tensor_map(out, OUT_BOX)
     args = (engines.as_numba(tA), engines.as_numba(tB), engines.as_numba(tOut), M, N, K,
             np.float32(alpha))
     allow_smem(kernel, args, kernel.smem_bytes)
-    kernel[grid, kernel.threads, engines.numba_stream(), kernel.smem_bytes](*args)
+    if cluster > 1:
+        launch_cluster(kernel, grid, cluster, kernel.threads, engines.numba_stream(),
+                       kernel.smem_bytes, *args)
+    else:
+        kernel[grid, kernel.threads, engines.numba_stream(), kernel.smem_bytes](*args)
 
 
 def tma_store(a, b, c):
