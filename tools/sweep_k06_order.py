@@ -6,11 +6,12 @@ grid walking its tiles row by row and in groups of GROUP_M tile rows, against cu
 
 What it does, in one process, printing its progress:
 
-1. for each size (4096, then 8192; fp16, M = N = K) and each kernel (``k06_tma_store``,
-   ``k06_pingpong``) and each ``GROUP_M`` (``--groups``, default 1 8 16; 1 is the row-major
-   order), builds the kernel with that order (``config=dict(GROUP_M=g)``, the kernel's GPU
-   configuration otherwise) and checks its product, into an output filled with NaN, against
-   float64 (``harness.compare``); a wrong product is reported and not timed;
+1. for each size (4096, then 8192; fp16, M = N = K), each kernel (``k06_tma_store`` and
+   ``k06_pingpong``; ``--kernels`` may add ``k06_cluster``) and each ``GROUP_M``
+   (``--groups``, default 1 8 16; 1 is the row-major order), builds the kernel with that
+   order (``config=dict(GROUP_M=g)``, the kernel's GPU configuration otherwise) and checks
+   its product, into an output filled with NaN, against float64 (``harness.compare``); a
+   wrong product is reported and not timed;
 2. times every checked variant and cuBLAS (``torch.mm`` of the same operands), batches
    interleaved in one ``harness.time_cuda_many`` call: once as calls (the host's cost
    included) and once replayed from CUDA graphs (GPU time alone);
@@ -40,10 +41,12 @@ import torch  # noqa: E402
 
 from gemm_lessons import harness, results  # noqa: E402
 from gemm_lessons.__main__ import _versions  # noqa: E402
-from gemm_lessons.kernels import k06_pingpong, k06_tma_store  # noqa: E402
+from gemm_lessons.kernels import k06_cluster, k06_pingpong, k06_tma_store  # noqa: E402
 
 T0 = time.time()
-KERNELS = {"k06_tma_store": k06_tma_store, "k06_pingpong": k06_pingpong}
+KERNELS = {"k06_tma_store": k06_tma_store, "k06_pingpong": k06_pingpong,
+           "k06_cluster": k06_cluster}
+DEFAULT_KERNELS = ["k06_tma_store", "k06_pingpong"]
 DTYPE = torch.float16
 
 
@@ -75,19 +78,19 @@ def timer(dry):
     return cpu_many
 
 
-def variants(groups, blocks):
+def variants(groups, blocks, kernels=DEFAULT_KERNELS):
     """{row name: (module, config overrides, blocks)} for every kernel and order."""
-    return {f"{name}:g{g}": (module, dict(GROUP_M=g), blocks)
-            for name, module in KERNELS.items() for g in groups}
+    return {f"{name}:g{g}": (KERNELS[name], dict(GROUP_M=g), blocks)
+            for name in kernels for g in groups}
 
 
-def checked_calls(M, N, K, groups, blocks, dev):
+def checked_calls(M, N, K, groups, blocks, dev, kernels=DEFAULT_KERNELS):
     """{row name: call} of every variant whose product is right on this shape (checked
     first, into an output filled with NaN, against float64), and cuBLAS as ``cublas``."""
     a, b = harness.make_operands(M, N, K, DTYPE, seed=0, device=dev)
     ref = harness.reference(a, b)
     calls = {}
-    for name, (module, cfg, nblocks) in variants(groups, blocks).items():
+    for name, (module, cfg, nblocks) in variants(groups, blocks, kernels).items():
         out = torch.full((M, N), float("nan"), dtype=DTYPE, device=dev)
 
         def call(module=module, cfg=cfg, out=out, nblocks=nblocks):
@@ -108,10 +111,11 @@ def checked_calls(M, N, K, groups, blocks, dev):
     return calls
 
 
-def time_shape(M, N, K, groups, blocks, dev, timeit, dry, versions, device):
+def time_shape(M, N, K, groups, blocks, dev, timeit, dry, versions, device,
+               kernels=DEFAULT_KERNELS):
     """Check, then time, every variant on an M x N x K product; returns the rows."""
     rows = []
-    calls = checked_calls(M, N, K, groups, blocks, dev)
+    calls = checked_calls(M, N, K, groups, blocks, dev, kernels)
     for graph in ((False,) if dry else (False, True)):
         ms = timeit(calls, graph=graph)
         tag = ":graph" if graph else ""
@@ -137,6 +141,8 @@ def main(argv=None):
     p.add_argument("--groups", type=int, nargs="+", default=[1, 8, 16],
                    help="GROUP_M values to time (1: row-major)")
     p.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
+    p.add_argument("--kernels", nargs="+", default=DEFAULT_KERNELS, choices=sorted(KERNELS),
+                   help="the kernels to time (k06_cluster: step 10, clusters of two)")
     p.add_argument("--dry-run", action="store_true",
                    help="on the CPU: the simulator on one small product, wall-clock times")
     args = p.parse_args(argv)
@@ -158,10 +164,11 @@ def main(argv=None):
     shapes, blocks = ([(192, 128, 64)], 1) if dry else ([(n, n, n) for n in args.sizes], None)
     timeit = timer(dry)
     rows = []
-    log(f"{device}; shapes {shapes}; GROUP_M {args.groups}")
+    log(f"{device}; shapes {shapes}; GROUP_M {args.groups}; {', '.join(args.kernels)}")
     for M, N, K in shapes:
         try:
-            rows += time_shape(M, N, K, args.groups, blocks, dev, timeit, dry, versions, device)
+            rows += time_shape(M, N, K, args.groups, blocks, dev, timeit, dry, versions, device,
+                               args.kernels)
         except Exception:  # noqa: BLE001 - report and go on
             log(f"FAILED at {M}x{N}x{K}:\n{traceback.format_exc(limit=4)}")
         results.merge_csv(args.out, rows, keep=False)      # what is done, kept at each step
