@@ -17,11 +17,12 @@ aligned (Triton specialises pointers on it, TMA needs it), plus the epilogue's s
    place of the recorded ones: no launcher, no autotuner dispatch, no type dispatch.
 
 A recording becomes a plan only if every address its launches take lies in one of the
-call's tensors (its *roles*: a, b, out, ...) or in a buffer a launcher keeps for good and
-declared with :func:`keep` (split-K's workspace and counters). A padded copy of an operand,
-a per-call buffer, or a TMA descriptor in device memory built from an operand's address
-makes the kind a launcher kind for good: those calls keep running the launcher, correct and
-as slow as before. Raw integers of 2**32 and more in a numba argument list are taken for
+call's tensors (its *roles*: a, b, out, ...), in a buffer a launcher keeps for good and
+declared with :func:`keep` (split-K's workspace and counters), or in a buffer made from a
+role's address and declared with :func:`derived` (a TMA descriptor in device memory: the
+plan asks the launcher's cache for the new address's descriptor, built once per address). A
+padded copy of an operand or another per-call buffer makes the kind a launcher kind for good:
+those calls keep running the launcher, correct and as slow as before. Raw integers of 2**32 and more in a numba argument list are taken for
 addresses (sizes and strides of the course's products stay far below).
 """
 from __future__ import annotations
@@ -32,7 +33,7 @@ import os
 
 import torch
 
-__all__ = ["keep", "forget", "recording", "Plan", "build", "tensor_key", "Cache", "LAUNCHER",
+__all__ = ["keep", "forget", "derived", "recording", "Plan", "build", "tensor_key", "Cache", "LAUNCHER",
            "ENABLED"]
 
 LAUNCHER = "launcher"     # a kind whose launches cannot be replayed: run the launcher
@@ -67,6 +68,30 @@ def forget(t):
     if t is not None:
         _KEPT.pop(_span(t), None)
         _RETIRED.append(t)
+
+
+# ------------------------------------------------------------------ buffers made from a role
+_DERIVED: dict = {}       # (lo, hi) span of a buffer -> (source's address, shape, strides, rebuild)
+_DERIVED_LIMIT = 256
+
+
+def derived(buf, source, rebuild):
+    """Declare the device tensor ``buf`` a function of the tensor ``source`` alone (a TMA
+    descriptor built on its address): ``rebuild(t)`` returns the buffer for a tensor ``t``
+    of ``source``'s shape and strides (from the launcher's cache where it has one). A plan
+    whose launch takes ``buf`` calls ``rebuild`` on the new call's tensor instead. Returns
+    ``buf``."""
+    if len(_DERIVED) >= _DERIVED_LIMIT:
+        _DERIVED.pop(next(iter(_DERIVED)))
+    _DERIVED[_span(buf)] = (source.data_ptr(), tuple(source.shape), source.stride(), rebuild)
+    return buf
+
+
+def _derived_at(addr):
+    for span, what in _DERIVED.items():
+        if span[0] <= addr < span[1]:
+            return span, what
+    return None
 
 
 # ------------------------------------------------------------------ recording
@@ -220,7 +245,7 @@ def _triton_step(launcher, head, args, spans, kept):
 
 def _numba_step(real_launch, config, kernel, kernelargs, spans, kept):
     from . import engines
-    slots = []
+    slots, made = [], []
     for i, x in enumerate(kernelargs):
         if type(x) is int and x >= _POINTER_MIN:
             where = _role_of(x, spans)
@@ -228,9 +253,17 @@ def _numba_step(real_launch, config, kernel, kernelargs, spans, kept):
                 return None
             if where is None:
                 span = _kept_span(x)
-                if span is None:
+                if span is not None:
+                    kept.add(span)
+                    continue
+                found = _derived_at(x)
+                if found is None:
                     return None
-                kept.add(span)
+                (lo, _), (src, shape, strides, rebuild) = found
+                source = _role_of(src, spans)
+                if not source:                     # made from no role, or from several
+                    return None
+                made.append((i, source, shape, strides, rebuild, x - lo))
                 continue
             slots.append((i, where))
     template = list(kernelargs)
@@ -240,6 +273,12 @@ def _numba_step(real_launch, config, kernel, kernelargs, spans, kept):
         args = template[:]
         for i, (r, off) in slots:
             args[i] = roles[r].data_ptr() + off
+        bufs = []             # referenced until the launch is queued
+        for i, (r, off), shape, strides, rebuild, boff in made:
+            t = roles[r]
+            view = t.as_strided(shape, strides, t.storage_offset() + off // t.element_size())
+            bufs.append(rebuild(view))
+            args[i] = bufs[-1].data_ptr() + boff
         handle = cuda_stream()
         stream = streams.get(handle)
         if stream is None:

@@ -155,6 +155,41 @@ def test_a_kept_buffer_may_be_replayed_until_it_is_replaced():
     assert not plan.valid()
 
 
+def test_a_descriptor_made_from_an_operand_is_rebuilt_for_the_new_operand(monkeypatch):
+    # a numba launch taking a device buffer made from a's address (a TMA map): the plan
+    # passes the buffer made for the new call's a (a view of it, as the launcher made it),
+    # and refuses a buffer nobody declared
+    from gemm_lessons import engines
+    monkeypatch.setattr(fastpath, "cuda_stream", lambda device=None: 0)
+    monkeypatch.setattr(engines, "numba_stream", lambda: "stream")
+    made = {}
+
+    def rebuild(view):                     # the launcher's cache: one buffer per address
+        key = (view.data_ptr(), tuple(view.shape), view.stride())
+        if key not in made:
+            made[key] = torch.full((16,), float(len(made)), device=DEV)
+        return made[key]
+    a, b = operands(torch.float32)
+    out = torch.empty(a.shape[0], b.shape[1], device=DEV)
+    view = a[2:, :5]
+    first = fastpath.derived(rebuild(view), view, rebuild)
+    launched = []
+    fake = lambda stream, config, kernel, *args: launched.append(args)
+    rec = [("numba", fake, None, "cfg", "kern", (first.data_ptr() + 8, b.data_ptr(), 7))]
+    plan = fastpath.build(rec, (a, b, out))
+    assert plan is not None
+    a2, b2 = a.clone(), b.clone()
+    plan(a2, b2, out)
+    want = made[(a2[2:, :5].data_ptr(), (a.shape[0] - 2, 5), a.stride())]
+    assert launched[-1] == (want.data_ptr() + 8, b2.data_ptr(), 7) and want is not first
+    plan(a2, b2, out)                      # the same address again: no new buffer
+    assert len(made) == 2 and launched[-1] == launched[-2]
+    other = torch.empty(16, device=DEV)     # made from no role
+    fastpath.derived(other, torch.empty(3, device=DEV), rebuild)
+    assert fastpath.build([("numba", fake, None, "cfg", "kern", (other.data_ptr(),))],
+                          (a, b, out)) is None
+
+
 def test_a_changed_stride_dtype_alignment_or_alias_is_another_kind_of_call():
     a, b = operands(torch.float16, M=32, K=32, N=32)
     key = fastpath.tensor_key
