@@ -302,9 +302,9 @@ def time_configs(sizes, dev, timeit, rows, versions, device, kernels=tuple(KERNE
                                         ms[base], device=device,
                                         versions=f"{versions}; baseline {what} (graph)"))
             if label in ms and "bf16_course" in ms and not label.startswith("k11_fp8_rowwise@"):
+                ver = f"{versions}; baseline {BF16_KERNEL} bf16 (graph)"
                 rows.append(results.row(f"{label}:vs_bf16:graph", 11, E4M3, n, n, n, ms[label],
-                                        ms["bf16_course"], device=device,
-                                        versions=f"{versions}; baseline {BF16_KERNEL} bf16 (graph)"))
+                                        ms["bf16_course"], device=device, versions=ver))
         log(f"configs at {n}: " + ", ".join(f"{k} {v:.3f} ms" for k, v in ms.items()))
 
 

@@ -86,7 +86,7 @@ FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32) + FP8
 
 
-# ------------------------------------------------------------------ the pointer kernels' shared steps
+# ------------------------------------------------------------ the pointer kernels' shared steps
 @triton.jit
 def tile_pointers(a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn,
                   BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
