@@ -888,9 +888,10 @@ def _ring_tile_problem(audit, k_tiles, blocks, learner):
                 if tile is not None and tile != step and step < k_tiles:
                     if learner == "producer":
                         return (f"the stage index: at step kt = {step} the consumers wait on "
-                                f"full[{s}] and find k-tile {tile} in stage {s}: the producer "
-                                "puts k-tile kt into stage kt % STAGES and completes it on "
-                                "full[kt % STAGES]")
+                                f"full[{s}] and find k-tile {tile} in stage {s}: k-tile kt "
+                                "goes into stage kt % STAGES and completes on that stage's "
+                                "full barrier: the producer's state steps one stage per "
+                                "k-tile, from stage 0, back to 0 after stage STAGES - 1")
                     return (f"the stage index: at step kt = {step} consumer thread {tid} reads "
                             f"stage {s}, which holds k-tile {tile}; k-tile kt is in stage "
                             "kt % STAGES")
@@ -916,6 +917,11 @@ def _ring_producer_problem(audit, k_tiles, blocks, K):
             return (f"the stage index: the copy of {side} into stage {stage} completes on "
                     f"full[{bi}]: the copies of k-tile kt go into stage kt % STAGES and "
                     "complete on full[kt % STAGES]")
+        if stage != n % _RING_STAGES:
+            return (f"the stage index: block {blk[0]}'s copy of {side} for k-tile {n} goes into "
+                    f"stage {stage}; k-tile kt goes into stage kt % STAGES = "
+                    f"{n % _RING_STAGES}: the producer's state starts at stage 0 and steps one "
+                    "stage per k-tile, back to 0 after stage STAGES - 1")
         want_row = blk[0] * _RING_ROWS if side == "A" else 0
         if row != want_row or col != n * 64:
             return (f"the box coordinates: block {blk[0]}'s copy number {n} of {side} starts at "
@@ -942,9 +948,11 @@ def _ring_producer_problem(audit, k_tiles, blocks, K):
                                 + (" (the phase before the first, which counts as complete "
                                    "at once)" if got == -1 else "")
                                 + f", where round {r} needs the consumers' release of round "
-                                f"{r - 1}, phase {r - 1}: in round r = kt // STAGES the wait "
-                                "on empty[s] passes the parity of phase r - 1, (r & 1) ^ 1, "
-                                "so that round 0 does not block")
+                                f"{r - 1}, phase {r - 1}: in round r the wait on empty[s] "
+                                "passes the parity of phase r - 1, so the producer's phase "
+                                "starts at 1 (the phase before the first, complete at once: "
+                                "round 0 does not block) and flips each time its stage wraps "
+                                "to 0")
                     return (f"the producer refills stage {s} for round {r} before the "
                             f"consumers released round {r - 1} of it: it must wait on "
                             f"empty[{s}] (for phase {r - 1}) before it copies into the "
@@ -982,9 +990,10 @@ def _ring_stuck(err, audit, learner):
                     f"overwrites a tile they still read. The simulator's report: {text}")
         return (f"a wrong parity: the producer's wait on empty[{s}] passed before the "
                 f"consumers released the stage, so it announced the stage's next round while "
-                f"the last one was still unread. In round r = kt // STAGES the wait passes the "
-                f"parity of phase r - 1, (r & 1) ^ 1, so that round 0 does not block. The "
-                f"simulator's report: {text}")
+                f"the last one was still unread. In round r the wait passes the parity of "
+                f"phase r - 1: the producer's phase starts at 1, so that round 0 does not "
+                f"block, and flips each time its stage wraps to 0 (once a round, not every "
+                f"k-tile). The simulator's report: {text}")
     if isinstance(err, MbarrierTxError):
         return (f"the expect_tx byte count: {text.split(': ', 1)[-1]} ({text.split(':')[0]}). "
                 "mbarrier_arrive_expect_tx announces every byte the stage's copies will "
@@ -1014,10 +1023,11 @@ def _ring_stuck(err, audit, learner):
         _, p, name, s, pending, _ = producer_waits[0]
         return (f"a wrong parity: the producer waits with parity {p} on empty[{s}], for a "
                 f"phase that the consumers never complete ({pending} arrivals pending: they "
-                f"wait for a tile it has not copied). In round r = kt // STAGES the producer "
-                f"needs the consumers' release of round r - 1, and in round 0 the ring is "
-                f"empty: that wait must pass at once (the phase before the first, parity "
-                f"1). The simulator's report:\n{text}")
+                f"wait for a tile it has not copied). In round r the producer needs the "
+                f"consumers' release of round r - 1, and in round 0 the ring is empty: that "
+                f"wait must pass at once (the phase before the first: the producer's phase "
+                f"starts at 1, and flips each time its stage wraps to 0). The simulator's "
+                f"report:\n{text}")
     return ("the ring stops (a deadlock): the consumers wait for a tile the producer never "
             "announced and copied (one mbarrier_arrive_expect_tx and the copies on full[s] "
             f"per k-tile). The simulator's report:\n{text}")
@@ -1051,7 +1061,7 @@ def _ring_check(kernel, what, learner):
                 if learner == "producer" and "tma_load_2d" in str(e):
                     raise ExerciseError(f"{where}: {e}: the stage index: stage s of the ring "
                                         "starts at element s * ROWS * 64 of sA and s * 64 of "
-                                        "sx, with s = kt % STAGES") from None
+                                        "sx, s being the state's stage (0 to STAGES - 1)") from None
                 raise
         if learner == "consumer":
             problem = _ring_consumer_problem(audit, k_tiles, blocks, err is None)
@@ -1073,12 +1083,46 @@ def _ring_check(kernel, what, learner):
     return len(runs)
 
 
+def _refuse_divided_index(kernel, what, side):
+    """Exercises 6 and 7 keep a (stage, phase) state: :class:`ExerciseError` if the kernel's
+    source divides its loop's k-tile index (``kt % STAGES``, ``kt // STAGES``: the lessons'
+    form, and the helpers')."""
+    import ast
+    import inspect
+    import textwrap
+    fn = kernel
+    for attr in ("py_func", "__wrapped__"):
+        while hasattr(fn, attr) and getattr(fn, attr) is not fn:
+            fn = getattr(fn, attr)
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(fn)))
+    except (OSError, TypeError, SyntaxError):
+        return
+
+    def waits(loop):                    # a loop of the ring: it waits on an mbarrier
+        return any(isinstance(c, ast.Call) and "mbarrier_wait" in ast.unparse(c.func)
+                   for c in ast.walk(loop))
+
+    loops = {n.target.id for n in ast.walk(tree)
+             if isinstance(n, ast.For) and isinstance(n.target, ast.Name) and waits(n)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.FloorDiv, ast.Mod)):
+            names = {n.id for n in ast.walk(node) if isinstance(n, ast.Name)}
+            if names & loops:
+                raise ExerciseError(
+                    f"{what} divides the k-tile index (`{ast.unparse(node)}`): this exercise's "
+                    f"{side} keeps a state instead, the stage s it uses next and the phase "
+                    "its wait passes there, both stepped after each k-tile (as CUTLASS's "
+                    "pipelines do), with no division")
+
+
 def ex06_ring_consumer(kernel):
     """Lesson 06, exercise 6: the consumers' loop of a ring (wait on full, read, release on
     empty) with a (stage, phase) state, with fill_ring, a producer warp without TMA."""
     helpers = _k06_ring_helpers(_RING_ROWS, _RING_STAGES)
     refuse_package_kernel(kernel, "consumer_gemv")
     refuse_package_helpers(kernel, "consumer_gemv", allowed=(helpers[0], helpers[2]))
+    _refuse_divided_index(kernel, "consumer_gemv", "consumer")
     _ring_check(kernel, "consumer loop", "consumer")
     return (f"consumer loop: y = A @ x right on {len(_RING_CASES)} shapes; every read of a "
             "stage between its full phase and its release, in stage order")
@@ -1086,10 +1130,11 @@ def ex06_ring_consumer(kernel):
 
 def ex06_ring_producer(kernel):
     """Lesson 06, exercise 7: the producer's loop of a ring (wait on empty, expect_tx, the
-    copies), with drain_ring as the consumers."""
+    copies) with a (stage, phase) state, with drain_ring as the consumers."""
     helpers = _k06_ring_helpers(_RING_ROWS, _RING_STAGES)
     refuse_package_kernel(kernel, "producer_gemv")
     refuse_package_helpers(kernel, "producer_gemv", allowed=(helpers[1],))
+    _refuse_divided_index(kernel, "producer_gemv", "producer")
     n = _ring_check(kernel, "producer loop", "producer")
     return (f"producer loop: y = A @ x right on {len(_RING_CASES)} shapes, {n} runs (copies "
             "landing late and at random); every stage refilled after its release, its bytes "
