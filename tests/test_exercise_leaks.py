@@ -11,7 +11,9 @@ stand in
 - the exercises as released (``exercises/*.ipynb``: what a student reads, its own notebook
   included), or another exercise's answer,
 
-verbatim or with names and constants changed.
+verbatim or with names and constants changed; and, in the checks' own modules, not as a
+formula either: there ``want = expr`` and the answer's ``return expr`` read alike (a check
+that computes its reference as the answer does prints the answer).
 
 The rule. Code is cut into logical lines (a statement continued over several physical lines
 is one line; comments and blank lines are dropped) and each line into tokens, normalized so
@@ -225,12 +227,46 @@ def index():
     return idx
 
 
+CHECKS = "gemm_lessons/exercise_checks/"
+
+
+def _formula(line):
+    """A line without what receives its value: ``return expr`` and ``name = expr`` read as
+    ``expr`` (a check's reference, ``want = ...``, against an answer's ``return ...``)."""
+    if line and line[0] == "return":
+        return line[1:]
+    if len(line) > 2 and isinstance(line[0], tuple) and line[1] == "=":
+        return line[2:]
+    return line
+
+
+@lru_cache(maxsize=None)
+def check_formulas():
+    """(units, index) of the exercise checks' modules, each line read as a formula: a
+    check's own reference that computes the answer as a student would."""
+    units = [(where, [_formula(ln) for ln in lines]) for where, lines in corpus()
+             if where.startswith(CHECKS)]
+    idx = {}
+    for u, (_, lines) in enumerate(units):
+        for j, line in enumerate(lines):
+            idx.setdefault(_shape(line), []).append((u, j))
+    return units, idx
+
+
 def leaks(ex):
-    """[(where, matched answer text)]: the places that hold the answer of ``ex``."""
+    """[(where, matched answer text)]: the places that hold the answer of ``ex``: its lines
+    as they are, anywhere a student reads; and read as formulas, in the checks' modules."""
     _, regions = answers()[ex]
     lines = [ln for region in regions for ln in _lines(region)]
+    found = dict(_matches(ex, lines, corpus(), index()))
+    formulas = [_formula(ln) for ln in lines]
+    for place, text in _matches(ex, formulas, *check_formulas()):
+        found.setdefault(place, text)
+    return sorted(found.items())
+
+
+def _matches(ex, lines, units, idx):
     total = sum(map(len, lines))
-    units, idx = corpus(), index()
     own = f"the answer of {ex}"
     covered, longest = {}, {}       # per place: answer lines matched; its longest run
     for i, line in enumerate(lines):
@@ -255,7 +291,7 @@ def leaks(ex):
         share = sum(len(lines[r]) for r in rows)
         if share >= COVER * total or longest[place][0] >= MIN_TOKENS:
             found.append((place, f"{share} of {total} tokens; {longest[place][1]}"))
-    return sorted(found)
+    return found
 
 
 def _text(lines):
@@ -295,6 +331,19 @@ def test_every_exercise_has_a_cheat_that_is_caught():
         else:
             assert ex in cheats, (f"{ex}: no cheat in tests/exercise_mutants.yaml (an answer "
                                   "that calls the package's own function, with `cheat:`)")
+
+
+def test_a_checks_reference_reads_as_the_answer():
+    """A check that computes the expected result as the answer does (``want = formula``
+    beside an answer's ``return formula``) holds the answer: read as formulas, the two
+    match; a line of set-up alone does not."""
+    answer = _lines("per_band = -(-cols // bc)\nreturn (i // br) * per_band + j // bc\n")
+    check = _lines("per_row = -(-cols // bc)\nwant = (i // br) * per_row + j // bc\n")
+    assert [_shape(a) for a in answer] != [_shape(c) for c in check]
+    fa, fc = [_formula(a) for a in answer], [_formula(c) for c in check]
+    assert [_shape(a) for a in fa] == [_shape(c) for c in fc] and _same_names(fa, fc) == 2
+    assert sum(map(len, fa)) >= FLOOR
+    assert _shape(_formula(_lines("x = f(a, 2)")[0])) == _shape(_formula(_lines("return f(b, 3)")[0]))
 
 
 def test_the_rule_finds_a_renamed_copy_and_ignores_trivial_lines():
