@@ -2,9 +2,10 @@
 release compared with ``exercises/``, then ``autograde`` of two submissions: the solutions
 (full points) and the unanswered release (no points).
 
-Two representative lessons keep it to a few minutes on 2 cores (autograde executes every
-notebook): 03 (numba's simulator, a barrier audit, a conflict counter) and 09 (Triton's
-interpreter, BLAS epilogue rules, the split-K reduction). Every lesson's release is compared
+Three representative lessons keep it to about a minute on 2 cores (autograde executes every
+notebook): 03 (numba's simulator, a barrier audit, a conflict counter), 09 (Triton's
+interpreter, BLAS epilogue rules, the split-K reduction) and 11 (plain torch: FP8 rounding,
+an emulated tensor core; it adds about 7 s). Every lesson's release is compared
 with nbgrader's by tests/test_notebooks.py (same preprocessors) and its checks by
 tests/test_exercise_mutants.py.
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-LESSONS = ["03_bank_conflicts", "09_fused_epilogue"]
+LESSONS = ["03_bank_conflicts", "09_fused_epilogue", "11_fp8_scaled_gemm"]
 ASSIGNMENT = "gemm"
 
 nbgrader = pytest.importorskip("nbgrader")
