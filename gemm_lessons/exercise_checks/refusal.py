@@ -2,9 +2,11 @@
 function and refuses it when it calls into ``gemm_lessons`` (a finished kernel's helper, a
 check's reference), and :func:`refuse_package_kernel` refuses a kernel that is one of the
 package's own, and :func:`refuse_package_helpers` a kernel whose source uses the package's
-functions (the PTX intrinsics aside). Only calls made by the learner's code (the notebook's
-``__main__``) count: the functions a check hands to the answer (an ``order``, a helper) are
-passed as ``allowed``, and what they call in turn is theirs."""
+functions (the PTX intrinsics aside). Only calls made by the learner's code count (the
+notebook's ``__main__``, or any code neither the package's nor a library's, a string run
+with ``exec`` under a module name of its own included): the functions a check hands to the
+answer (an ``order``, a helper) are passed as ``allowed``, and what they call in turn is
+theirs."""
 from __future__ import annotations
 
 import contextlib
@@ -24,6 +26,23 @@ _GUARDS = os.path.join(_ROOT, "exercise_checks", "guards.py")
 def in_package(code):
     path = os.path.abspath(code.co_filename)
     return path.startswith(_ROOT) and path != _GUARDS
+
+
+# Where libraries live (the interpreter's prefixes: the standard library, site-packages):
+# their frames are nobody's answer. Any other code that is not the package's is the
+# learner's, whatever its module's name (a notebook cell, or a string run with exec under a
+# name of its own).
+_LIBRARIES = tuple(sorted({os.path.abspath(p) + os.sep
+                           for p in (sys.prefix, sys.base_prefix, sys.exec_prefix)}))
+
+
+def learners(code):
+    """Whether ``code`` is the learner's: neither the package's nor a library's."""
+    name = code.co_filename
+    if name.startswith("<frozen") or name.startswith("<__array_function__"):
+        return False
+    path = name if name.startswith("<") else os.path.abspath(name)
+    return not path.startswith(_ROOT) and not path.startswith(_LIBRARIES)
 
 
 def _name(frame):
@@ -54,8 +73,9 @@ def no_package_calls(what, allowed=()):
             return
         code = frame.f_code
         caller = frame.f_back
-        if (in_package(code) and code not in allowed_codes and caller is not None
-                and caller.f_globals.get("__name__") == "__main__"):
+        if (in_package(code) and code not in allowed_codes and code.co_name != "<module>"
+                and caller is not None
+                and (caller.f_globals.get("__name__") == "__main__" or learners(caller.f_code))):
             found.append(_name(frame))
             raise refused()             # stops the call at once (and unsets the profiler)
 
