@@ -33,6 +33,7 @@ record() {   # record FILE COMMAND...: the command line, then its output, into $
     local shown="$*"
     shown="${shown//"$DRIVER"/<driver>}"
     { echo "\$ $shown"
+      echo "# device: $(nvidia-smi --query-gpu=name --format=csv,noheader | head -1)"
       case "$shown" in *"<driver>"*)
         echo "# <driver>: the python -c program in tools/record_ncu.sh (runs each named kernel once)";;
       esac
