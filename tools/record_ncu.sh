@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Record the Nsight Compute output that lessons 01, 03, 04, 05, 07 and 09 show, on a GPU host.
+# Record the Nsight Compute output that lessons 01, 03, 04, 05, 06, 07 and 09 show, on a GPU host.
 #
 #   bash tools/record_ncu.sh            # from the repository root, with the venv active
 #   bash tools/record_ncu.sh k09        # only the recordings whose file name contains "k09"
@@ -73,6 +73,17 @@ record ncu_k05_wmma_stalls.txt \
         --section SpeedOfLight --section Occupancy --section WarpStateStats \
         --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
         python -c "$DRIVER" 4096 float16 k05_wmma
+
+# Lesson 06, step 10: why clusters with a multicast A do not pay here, fp16 at 8192^3, one
+# launch of step 8's kernel (k06_tma_store) and one of step 10's (k06_cluster, clusters of
+# two along N): throughput, launch shape (cluster size), occupancy, warp stalls, the memory
+# side (L2 hit rate, bytes read from DRAM)
+record ncu_k06_cluster.txt \
+    ncu -k 'regex:tma_store|cluster' --launch-count 2 \
+        --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
+        --section MemoryWorkloadAnalysis \
+        --metrics lts__t_sector_hit_rate.pct,dram__bytes_read.sum,gpu__time_duration.sum \
+        python -c "$DRIVER" 8192 float16 k06_tma_store k06_cluster
 
 # Lesson 07: the L2 side of the tile order, fp16, one launch of each order at 4096^3 and at
 # 8192^3 (grouped, GROUP_SIZE_M=8, then row-major, at each size): L2 hit rate, bytes read
