@@ -11,9 +11,11 @@ stand in
 - the exercises as released (``exercises/*.ipynb``: what a student reads, its own notebook
   included), or another exercise's answer,
 
-verbatim or with names and constants changed; and, in the checks' own modules, not as a
-formula either: there ``want = expr`` and the answer's ``return expr`` read alike (a check
-that computes its reference as the answer does prints the answer).
+verbatim or with names and constants changed; and not as a formula either: every line of
+every place is also read without what receives its value, so ``want = expr`` in a check,
+``grid = expr`` in a launcher or a lesson's cell, and an answer's ``return expr`` read alike
+(a check that computes its reference as the answer does prints the answer; a lesson's
+launcher that assigns the formula an answer returns shows it).
 
 The rule. Code is cut into logical lines (a statement continued over several physical lines
 is one line; comments and blank lines are dropped) and each line into tokens, normalized so
@@ -227,12 +229,10 @@ def index():
     return idx
 
 
-CHECKS = "gemm_lessons/exercise_checks/"
-
-
 def _formula(line):
     """A line without what receives its value: ``return expr`` and ``name = expr`` read as
-    ``expr`` (a check's reference, ``want = ...``, against an answer's ``return ...``)."""
+    ``expr`` (a check's reference, ``want = ...``, or a launcher's ``grid = ...``, against an
+    answer's ``return ...``)."""
     if line and line[0] == "return":
         return line[1:]
     if len(line) > 2 and isinstance(line[0], tuple) and line[1] == "=":
@@ -241,11 +241,10 @@ def _formula(line):
 
 
 @lru_cache(maxsize=None)
-def check_formulas():
-    """(units, index) of the exercise checks' modules, each line read as a formula: a
-    check's own reference that computes the answer as a student would."""
-    units = [(where, [_formula(ln) for ln in lines]) for where, lines in corpus()
-             if where.startswith(CHECKS)]
+def formulas():
+    """(units, index) of every place a student reads (the package, the lessons, the released
+    exercises, the other answers), each line read as a formula."""
+    units = [(where, [_formula(ln) for ln in lines]) for where, lines in corpus()]
     idx = {}
     for u, (_, lines) in enumerate(units):
         for j, line in enumerate(lines):
@@ -254,13 +253,12 @@ def check_formulas():
 
 
 def leaks(ex):
-    """[(where, matched answer text)]: the places that hold the answer of ``ex``: its lines
-    as they are, anywhere a student reads; and read as formulas, in the checks' modules."""
+    """[(where, matched answer text)]: the places that hold the answer of ``ex``, its lines
+    read as they are and read as formulas, anywhere a student reads."""
     _, regions = answers()[ex]
     lines = [ln for region in regions for ln in _lines(region)]
     found = dict(_matches(ex, lines, corpus(), index()))
-    formulas = [_formula(ln) for ln in lines]
-    for place, text in _matches(ex, formulas, *check_formulas()):
+    for place, text in _matches(ex, [_formula(ln) for ln in lines], *formulas()):
         found.setdefault(place, text)
     return sorted(found.items())
 
@@ -362,3 +360,20 @@ def test_the_rule_finds_a_renamed_copy_and_ignores_trivial_lines():
     assert _shape(_lines("ptx.cp_async_wait_group(0)")[0]) == _shape(
         _lines("cp_async_wait_group(1)")[0])
     assert _shape(_lines("p = (a % b) % c")[0]) == _shape(_lines("q = x % y % z")[0])
+
+
+def test_every_place_is_read_as_formulas():
+    """The formula reading covers what the plain one does: the package's modules (kernels
+    and labs, not the checks only), the lessons, the released exercises and the answers; a
+    launcher's ``grid = expr`` reads as an answer's ``return expr``."""
+    units, _ = formulas()
+    assert [w for w, _ in units] == [w for w, _ in corpus()]
+    wheres = [w for w, _ in units]
+    for prefix in ("gemm_lessons/kernels/", "gemm_lessons/labs/", "gemm_lessons/exercise_checks/",
+                   "notebooks/", "exercises/", "the answer of "):
+        assert any(w.startswith(prefix) for w in wheres), prefix
+    launcher = _lines('grid = (cdiv(N, cfg["BN"]), cdiv(M, cfg["BM"]))')
+    answer = _lines('return (triton.cdiv(N, meta["BLOCK_SIZE_N"]), '
+                    'triton.cdiv(M, meta["BLOCK_SIZE_M"]))')
+    assert _shape(launcher[0]) != _shape(answer[0])
+    assert _shape(_formula(launcher[0])) == _shape(_formula(answer[0]))
