@@ -194,6 +194,9 @@ def read_ncu(name):
         parts = re.split(r"\s{2,}", line.strip())
         if len(parts) in (2, 3):
             value = parts[-1].replace(",", "")
+            wide = re.fullmatch(r"[^\d\s]\S* ([\d.]+)", value)
+            if len(parts) == 2 and wide:      # a value too wide for its column: one space
+                value = wide.group(1)         # after its unit ("inst 9,643,229,184")
             try:
                 launches[-1].metrics[parts[0]] = float(value)
             except ValueError:
