@@ -14,21 +14,86 @@ def _grouped(pid, num_pid_m, num_pid_n, g):
     return grouped_order(pid, num_pid_m, num_pid_n, g)
 
 
-def _snake(pid, num_pid_m, num_pid_n, g, odd=1, shift=0):
-    """Lesson 07's groups, with the columns of a group walked down and up in turn (``odd``:
-    the parity of the columns walked up; ``shift``: the upward columns moved that many rows
-    down, a typical mistake)."""
-    pid_m, pid_n = _grouped(pid, num_pid_m, num_pid_n, g)
-    first = pid_m - (pid_m % g)
-    size = min(num_pid_m - first, g)
-    if pid_n % 2 == odd:
-        pid_m = first + size - 1 + shift - (pid_m - first)
-    return pid_m, pid_n
+def _runs07(lesson, g):
+    """Lesson 07's order cut into runs: the ranges of consecutive programs that walk one
+    column of one group of rows (the snake keeps them, and only turns some around)."""
+    runs, start = [], 0
+    for p in range(1, len(lesson) + 1):
+        if (p == len(lesson) or lesson[p][1] != lesson[start][1]
+                or lesson[p][0] // g != lesson[start][0] // g):
+            runs.append(range(start, p))
+            start = p
+    return runs
+
+
+def _walks07(tiles, lesson, g):
+    """How ``tiles`` walks each run of lesson 07's order: [(run, column, the group's rows
+    as a set, the learner's columns as a set, the learner's rows in program order)]."""
+    return [(run, lesson[run[0]][1], {lesson[p][0] for p in run}, {tiles[p][1] for p in run},
+             [tiles[p][0] for p in run]) for run in _runs07(lesson, g)]
+
+
+def _steps07(rows):
+    return {b - a for a, b in zip(rows, rows[1:])}
+
+
+def _snake_fault(tiles, lesson, g):
+    """None if ``tiles`` (the learner's tile of every program) is the snake order, read by
+    its properties against lesson 07's order ``lesson``: each run of the lesson's order
+    (a column of a group) keeps its column and covers its group's rows, one row a program,
+    down in even columns (+1), up in odd ones (-1). Else (program, sentence)."""
+    for run, col, group, cols, rows in _walks07(tiles, lesson, g):
+        want = 1 if col % 2 == 0 else -1
+        if cols != {col}:
+            p = next(q for q in run if tiles[q][1] != col)
+            return p, (f"program {p} gets tile {tiles[p]}, in column {tiles[p][1]}: it walks "
+                       f"column {col} of the group of rows {min(group)}..{max(group)}, as in "
+                       "lesson 07's order: a group's programs take its columns in turn, "
+                       "height programs each (the column is the position in the group // "
+                       "height, the row's place in the column the remainder)")
+        if set(rows) != group:
+            return run[0], (f"programs {run[0]}..{run[-1]} walk column {col} over rows "
+                            f"{rows}: the group's rows are {min(group)}..{max(group)}, each "
+                            "once")
+        if _steps07(rows) - {want}:
+            p = next(i for i, (a, b) in enumerate(zip(rows, rows[1:])) if b - a != want)
+            return run[p], (f"programs {run[p]} and {run[p + 1]} get rows {rows[p]} and "
+                            f"{rows[p + 1]} of column {col}: column {col} walks "
+                            + ("down, from the group's first row" if want > 0
+                               else "up, from the group's last row") + ", one row a program")
+    return None
+
+
+def _upward_shift07(tiles, lesson, g):
+    """s (1 or -1) if every upward column is walked in the right direction but s rows away
+    from its group's rows, and the downward ones are right; else None."""
+    shifts = set()
+    for run, col, group, cols, rows in _walks07(tiles, lesson, g):
+        if cols != {col} or _steps07(rows) - {1 if col % 2 == 0 else -1}:
+            return None
+        if col % 2 == 0:
+            if set(rows) != group:
+                return None
+        else:
+            shifts.add(min(rows) - min(group))
+            if set(rows) != {r + min(rows) - min(group) for r in group}:
+                return None
+    return shifts.pop() if len(shifts) == 1 and shifts <= {1, -1} else None
+
+
+def _flipped07(tiles, lesson, g):
+    """True if every column of every group covers its rows, walked the other way round."""
+    return all(
+        cols == {col} and set(rows) == group
+        and not _steps07(rows) - {-1 if col % 2 == 0 else 1}
+        for _, col, group, cols, rows in _walks07(tiles, lesson, g))
 
 
 def ex07_order(order):
     """Lesson 07, exercise 1: the snake order (lesson 07's groups, odd columns walked up): a
-    bijection, ragged last group included."""
+    bijection, ragged last group included. The order is read by its properties against the
+    lesson's (same groups and columns; each column walked one row a program, down or up by
+    its parity)."""
     grids = 0
     for num_pid_m in range(1, 12):
         for num_pid_n in range(1, 9):
@@ -38,21 +103,22 @@ def ex07_order(order):
                 with run_answer("my_snake_order", seconds=20), \
                         no_package_calls("my_snake_order"):
                     tiles = [tuple(order(p, num_pid_m, num_pid_n, g)) for p in range(n)]
-                want = [_snake(p, num_pid_m, num_pid_n, g) for p in range(n)]
-                if tiles == want:
+                lesson = [_grouped(p, num_pid_m, num_pid_n, g) for p in range(n)]
+                fault = _snake_fault(tiles, lesson, g)
+                if fault is None:
                     continue
                 where = f"grid {num_pid_m} x {num_pid_n} tiles, group_size_m={g}"
+                shift = _upward_shift07(tiles, lesson, g)
+                if shift is not None and num_pid_m % g == 0:       # no ragged group
+                    side = "below" if shift > 0 else "above"
+                    raise ExerciseError(
+                        f"{where}: in the upward columns every program gets the tile one "
+                        f"row {side} the snake order's: off by one: an upward column starts "
+                        "at the group's last row, first_pid_m + height - 1, and position p "
+                        "down the column is row first_pid_m + height - 1 - p")
                 seen = set(tiles)
                 missing = [(m, q) for m in range(num_pid_m) for q in range(num_pid_n)
                            if (m, q) not in seen]
-                for shift, side in ((1, "below"), (-1, "above")):
-                    moved = [_snake(q, num_pid_m, num_pid_n, g, shift=shift) for q in range(n)]
-                    if tiles == moved and num_pid_m % g == 0:    # no ragged group
-                        raise ExerciseError(
-                            f"{where}: in the upward columns every program gets the tile one "
-                            f"row {side} the snake order's: off by one: an upward column starts "
-                            "at the group's last row, first_pid_m + height - 1, and position p "
-                            "down the column is row first_pid_m + height - 1 - p")
                 if missing or len(seen) != len(tiles):
                     outside = [t for t in tiles if not (0 <= t[0] < num_pid_m
                                                         and 0 <= t[1] < num_pid_n)]
@@ -65,14 +131,12 @@ def ex07_order(order):
                         + (" (the last group is ragged: it has num_pid_m - first_pid_m rows, "
                            "and an upward column starts at its own last row)"
                            if num_pid_m % g else ""))
-                p = next(i for i, (x, y) in enumerate(zip(tiles, want)) if x != y)
-                lesson = [_grouped(q, num_pid_m, num_pid_n, g) for q in range(n)]
-                flipped = [_snake(q, num_pid_m, num_pid_n, g, odd=0) for q in range(n)]
+                p, what = fault
                 if tiles == lesson:
                     why = ("that is lesson 07's order, every column of a group walked down: "
                            "walk the odd columns of a group (1, 3, ...) up, from the group's "
                            "last row to its first")
-                elif tiles == flipped:
+                elif _flipped07(tiles, lesson, g):
                     why = ("the even columns are walked up and the odd ones down: column 0 of "
                            "a group walks down, from the group's first row")
                 elif tiles == [(q // num_pid_n, q % num_pid_n) for q in range(n)]:
@@ -80,8 +144,7 @@ def ex07_order(order):
                 else:
                     why = ("inside a group, consecutive programs walk down column 0, up column "
                            "1, down column 2...")
-                raise ExerciseError(f"{HINTS['order']}: {where}: program {p} gets tile "
-                                    f"{tiles[p]}, the snake order gives {want[p]} ({why})")
+                raise ExerciseError(f"{HINTS['order']}: {where}: {what} ({why})")
     return f"my_snake_order: the snake order on {grids} grids, ragged groups included"
 
 
