@@ -139,3 +139,44 @@ def test_plain_matmul_is_the_product_with_unit_scales():
     want = (a.double() @ b.double()).clamp(-448, 448).to(torch.float8_e4m3fn)
     assert (got.double() - want.double()).abs().max().item() <= 2 ** -4 * want.double().abs().max().item()
     assert torch.equal(k11.unit_scales("block", 19, 21, 300, "cpu")[1], torch.ones(3, 1))
+
+
+@pytest.mark.parametrize("shape", [(37, 45, 300), (20, 24, 128), (1, 20, 129)])
+def test_two_step_block_kernel_matches_float64(shape):
+    """The unregistered two-step form of the block kernel (lesson 11 compiles it to show what
+    ptxas does with it) computes the same product: an odd and an even number of K-steps."""
+    if not gl.runs_here("k11_fp8_blockwise"):
+        pytest.skip("k11_fp8_blockwise does not run on this engine")
+    M, N, K = shape
+    qa, qb, sa, sb, ref = _operands(M, N, K, "k11_fp8_blockwise")
+    out = torch.full((M, N), float("nan"), dtype=torch.float32, device=gl.device())
+    k11.scaled(k11.blockwise_two_step_kernel, "block")(qa, qb, sa, sb, out)
+    assert not torch.isnan(out).any(), "an element was never written"
+    assert fp8.rel_error(out.cpu(), ref) < TOL
+
+
+def test_block_kernel_waits_for_the_tensor_core_before_promoting():
+    """sm_90: the block kernel's promotion reads the K-step's product only after
+    ``wgmma.wait_group 0`` (no wgmma left running); the two-step form leaves its second dot
+    running in Triton's PTX, and ptxas then serializes the wgmma (C7514)."""
+    import re
+    from gemm_lessons import compiled, triton_asm
+    block, two = triton_asm.compile_kernels([
+        k11.asm_job(k11.blockwise_kernel, "block"),
+        k11.asm_job(k11.blockwise_two_step_kernel, "block")])
+    ptx = block["ptx"]
+    first_fma = ptx.index("fma.rn.f32")
+    waits = re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx[:first_fma])
+    assert waits and waits[-1] == "0"
+    assert "wgmma.mma_async" in ptx[:first_fma]
+    # the two-step form: a commit group with no wait before the next promotion
+    body = two["ptx"]
+    commits = [m.start() for m in re.finditer(r"wgmma\.commit_group", body)]
+    assert len(commits) >= 2
+    between = body[commits[1]:]
+    assert "fma.rn.f32" in between.split("wgmma.wait_group")[0]
+    rep = compiled.ptxas_report(body, (9, 0), warnings=True)
+    if rep is None:
+        pytest.skip("ptxas not found")
+    assert any("C7514" in w for w in rep["warnings"]), rep["warnings"]
+    assert not any("C7514" in w for w in compiled.ptxas_report(ptx, (9, 0), warnings=True)["warnings"])

@@ -56,3 +56,29 @@ def test_a_kernel_filter_keeps_the_baselines():
     assert "k11_fp8_blockwise" in fns and "k11_fp8_rowwise" not in fns
     assert {"tensorwise", "rowwise_fast"} <= set(fns)     # torch._scaled_mm, always timed
     assert fns["k11_fp8_blockwise"][1]() < 1e-2 and fns["rowwise"][1]() < 1e-2
+
+
+def test_configs_entries_name_one_configuration():
+    import argparse
+    import pytest
+    from gemm_lessons.kernels.k07_triton_swizzle import TileConfig
+    entries = sweep_fp8.parse_configs("k11_fp8_rowwise, k11_fp8_blockwise@64x128x128w4s3")
+    assert entries == ("k11_fp8_rowwise", "k11_fp8_blockwise@64x128x128w4s3")
+    assert sweep_fp8.configs_of("k11_fp8_rowwise", entries) == sweep_fp8.CONFIGS
+    assert sweep_fp8.configs_of("k11_fp8_blockwise", entries) == [TileConfig(64, 128, 128, 4, 3)]
+    assert sweep_fp8.configs_of("k11_fp8_rowwise_promoted", entries) == []
+    with pytest.raises(argparse.ArgumentTypeError, match="BMxBNxBK"):
+        sweep_fp8.parse_configs("k11_fp8_blockwise@64x128")
+    with pytest.raises(argparse.ArgumentTypeError, match="configurations are timed for"):
+        sweep_fp8.parse_configs("k11_fp8_tensorwise@64x128x128w4s3")
+
+
+def test_one_configuration_is_checked_and_timed(tmp_path):
+    """--configs KERNEL@CONFIG on the interpreter: that configuration alone, checked against
+    float64, in rows against the per-row kernel and the bf16 GEMM."""
+    rows = []
+    sweep_fp8.time_configs((64,), gl.device(), sweep_fp8.timer(True), rows, "v", "cpu",
+                           ("k11_fp8_blockwise@64x128x128w4s3",))
+    names = {r.kernel if hasattr(r, "kernel") else r["kernel"] for r in rows}
+    assert "k11_fp8_blockwise@64x128x128w4s3:graph" in names
+    assert not any("rowwise_promoted" in n for n in names)

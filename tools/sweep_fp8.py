@@ -41,7 +41,18 @@ Error rows (``--errors-out``): kernel, data, M, N, K, rel_error, device, version
 
 ``--kernels`` keeps some of the FP8 kernels (the ``torch._scaled_mm`` calls and the bf16
 GEMMs are always timed), ``--shapes`` names the shapes (``4096`` for a cube, ``MxNxK``),
-``--no-errors`` skips step 4; ``--configs NAMES`` limits step 3 to those kernels.
+``--no-errors`` skips step 4; ``--configs NAMES`` limits step 3 to those kernels, and an entry
+``KERNEL@BMxBNxBKwWsS`` times that one configuration. The block kernel's configurations against
+each other, the per-row kernel and bf16 in one run (no step starts after 100 s):
+
+    python tools/sweep_fp8.py --shapes 4096,8192 --budget-s 100 --no-errors \\
+        --kernels k11_fp8_blockwise,k11_fp8_rowwise \\
+        --configs k11_fp8_blockwise@128x128x128w8s4,k11_fp8_blockwise@64x128x128w4s3,k11_fp8_blockwise@64x128x128w4s4 \\
+        --out $OUT/h100_fp8_block_configs.csv
+
+(128 x 128 tiles over 8 warps: one program a multiprocessor, whose promotion stalls its
+tensor core; 64 x 128 over 4 warps: two programs a multiprocessor, one's promotion free to
+overlap the other's ``wgmma``.)
 """
 from __future__ import annotations
 
@@ -85,6 +96,9 @@ CONFIGS = [TileConfig(128, 256, 128, 8, 3), TileConfig(128, 256, 128, 8, 4),
 PROMOTED_CONFIGS = [TileConfig(128, 128, 128, 8, 4), TileConfig(128, 128, 128, 8, 3),
                     TileConfig(64, 128, 128, 4, 4), TileConfig(64, 128, 128, 4, 3),
                     TileConfig(128, 64, 128, 4, 4), TileConfig(128, 128, 64, 8, 4)]
+# the kernels --configs times, with their lists of configurations
+CONFIG_KERNELS = {"k11_fp8_rowwise": CONFIGS, "k11_fp8_blockwise": PROMOTED_CONFIGS,
+                  "k11_fp8_rowwise_promoted": PROMOTED_CONFIGS}
 ERROR_K = (512, 1024, 2048, 4096, 8192, 16384)
 ERROR_FIELDS = ["kernel", "data", "M", "N", "K", "rel_error", "device", "versions"]
 
@@ -253,11 +267,11 @@ def time_configs(sizes, dev, timeit, rows, versions, device, kernels=tuple(KERNE
     ``torch._scaled_mm`` (fast accumulation), the promoting kernels' against
     ``k11_fp8_rowwise``; every configuration checked against float64 first; the course's
     bf16 GEMM in the same interleaved batches (graph replays)."""
-    plan = [("k11_fp8_rowwise", CONFIGS, "rowwise_fast",
+    plan = [("k11_fp8_rowwise", configs_of("k11_fp8_rowwise", kernels), "rowwise_fast",
              "torch._scaled_mm rowwise use_fast_accum=True")]
-    plan += [(k, PROMOTED_CONFIGS, "k11_fp8_rowwise", "k11_fp8_rowwise")
+    plan += [(k, configs_of(k, kernels), "k11_fp8_rowwise", "k11_fp8_rowwise")
              for k in ("k11_fp8_blockwise", "k11_fp8_rowwise_promoted")]
-    plan = [p for p in plan if p[0] in kernels and gl.runs_here(p[0])]
+    plan = [p for p in plan if p[1] and gl.runs_here(p[0])]
     for n in sizes:
         x, w = operands(n, n, n)
         base_ops = quantized(x, w, "row", "col", dev)
@@ -359,6 +373,41 @@ def parse_shapes(text):
     return shapes
 
 
+def parse_config(label):
+    """'128x128x128w8s4' (BM x BN x BK, warps, stages) -> TileConfig."""
+    import re
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)w(\d+)s(\d+)", label.strip())
+    if not m:
+        raise argparse.ArgumentTypeError(f"{label!r}: a configuration is BMxBNxBKwWARPSsSTAGES, "
+                                         "e.g. 128x128x128w8s4")
+    return TileConfig(*(int(g) for g in m.groups()))
+
+
+def parse_configs(text):
+    """'--configs' entries: a kernel (its whole list of configurations) or kernel@config (that
+    one configuration), e.g. 'k11_fp8_rowwise,k11_fp8_blockwise@64x128x128w4s3'."""
+    entries = []
+    for item in (n.strip() for n in text.split(",")):
+        if not item:
+            continue
+        name, _, label = item.partition("@")
+        parse_kernels(name)
+        if label:
+            if name not in CONFIG_KERNELS:
+                raise argparse.ArgumentTypeError(f"{name}: configurations are timed for "
+                                                 f"{', '.join(CONFIG_KERNELS)}")
+            label = _label(parse_config(label))
+        entries.append(f"{name}@{label}" if label else name)
+    return tuple(entries)
+
+
+def configs_of(name, entries):
+    """The configurations of ``name`` that ``--configs`` entries ask for (in their order)."""
+    if name in entries:
+        return list(CONFIG_KERNELS[name])
+    return [parse_config(e.split("@", 1)[1]) for e in entries if e.startswith(f"{name}@")]
+
+
 def parse_kernels(text):
     names = [n.strip() for n in text.split(",") if n.strip()]
     unknown = [n for n in names if n not in KERNELS]
@@ -381,9 +430,10 @@ def main(argv=None):
     p.add_argument("--kernels", type=parse_kernels, default=tuple(KERNELS),
                    help="comma-separated FP8 kernels to time (default: all five; the "
                         "torch._scaled_mm calls and the bf16 GEMMs are always timed)")
-    p.add_argument("--configs", nargs="?", const=",".join(KERNELS), type=parse_kernels,
+    p.add_argument("--configs", nargs="?", const=",".join(CONFIG_KERNELS), type=parse_configs,
                    help="also time other tile configurations, at the timed cubes, of the "
-                        "per-row kernel and of the promoting kernels (or of those named)")
+                        "per-row kernel and of the promoting kernels (or of those named; "
+                        "KERNEL@BMxBNxBKwWsS: that configuration alone)")
     p.add_argument("--no-errors", action="store_true", help="skip the error over K")
     p.add_argument("--dry-run", action="store_true",
                    help="on the CPU: tiny shapes through Triton's interpreter, wall-clock "

@@ -20,6 +20,16 @@ tensor cores multiply the FP8 values; the scales are applied around that product
    the *promotion*: the tensor core's accumulator never holds more than one K-step. A tile's
    columns lie in one 128-wide block of B (``BLOCK_SIZE_N`` divides 128), so a K-step's
    scales are one factor per row, ``sa * sb``, and the promotion one multiply-add per element.
+   ``blockwise_two_step_kernel`` (not registered: what the compilers make of it is the
+   lesson's point) computes the same sum two K-steps per iteration and promotes step k
+   after issuing step k + 1's dot, so that the CUDA cores' multiply-adds could run while the
+   tensor core works. Triton then leaves the second dot running (no wait after it), but
+   ptxas finds the multiply-adds reading a ``wgmma``'s accumulator registers while another
+   ``wgmma`` is in flight and serializes every ``wgmma`` of the loop (its message C7514).
+   Triton keeps a dot in flight only when its result goes straight into the next dot's
+   accumulator; within one program of ``tl`` code the promotion therefore waits for the
+   tensor core (``wgmma.wait_group 0``), and overlap has to come from other programs (or
+   warpgroups) on the same multiprocessor.
 4. ``rowwise_promoted_kernel`` (**k11_fp8_rowwise_promoted**): step 2 with
    ``tl.dot(..., max_num_imprecise_acc=BLOCK_SIZE_K)``, which asks Triton to do the same
    promotion for a kernel whose scales need none.
@@ -76,7 +86,7 @@ from .k07_triton_swizzle import TileConfig, check_offsets, grouped_pid
 from .k08_triton_tma import persistent_programs, tma_view
 
 __all__ = ["tensorwise_kernel", "rowwise_kernel", "blockwise_kernel", "rowwise_promoted_kernel",
-           "rowwise_tma_kernel",
+           "rowwise_tma_kernel", "blockwise_two_step_kernel", "TWO_STEP_CONFIG",
            "tile_pointers", "load_tiles", "store_tile",
            "FP8", "OUT_DTYPES", "SCALE_BLOCK", "GPU_CONFIG", "PROMOTED_CONFIG", "SIM_CONFIG",
            "GROUP_SIZE_M", "gpu_config", "config_for", "scale_shapes", "unit_scales", "scaled",
@@ -221,6 +231,51 @@ def blockwise_kernel(
     store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_SIZE_M, BLOCK_SIZE_N)
 
 
+# ------------------------------------------------------------------ 3b. the promotion one step late
+@triton.jit
+def blockwise_two_step_kernel(
+        # the arguments of blockwise_kernel
+        a_ptr, b_ptr, c_ptr, scale_a_ptr, scale_b_ptr,
+        M, N, K,
+        stride_am, stride_ak,
+        stride_bk, stride_bn,
+        stride_cm, stride_cn,
+        stride_sam, stride_sak,
+        stride_sbk, stride_sbn,
+        BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+        GROUP_SIZE_M: tl.constexpr,
+        SCALE_BLOCK: tl.constexpr,
+):
+    pid_m, pid_n, offs_am, offs_bn, a_ptrs, b_ptrs = tile_pointers(
+        a_ptr, b_ptr, M, N, stride_am, stride_ak, stride_bk, stride_bn,
+        BLOCK_SIZE_M, BLOCK_SIZE_N, BLOCK_SIZE_K, GROUP_SIZE_M)
+    sa_ptrs = scale_a_ptr + offs_am * stride_sam
+    sb_ptr = scale_b_ptr + (pid_n * BLOCK_SIZE_N // SCALE_BLOCK) * stride_sbn
+    k_steps = tl.cdiv(K, BLOCK_SIZE_K)
+
+    acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+    second = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)   # no step before 0
+    second_scale = tl.zeros((BLOCK_SIZE_M,), dtype=tl.float32)
+    for k in range(0, k_steps, 2):                      # two K-steps per iteration
+        kb = (k * BLOCK_SIZE_K) // SCALE_BLOCK
+        scale = tl.load(sa_ptrs + kb * stride_sak) * tl.load(sb_ptr + kb * stride_sbk)
+        a, b = load_tiles(a_ptrs, b_ptrs, k, K, BLOCK_SIZE_K)
+        first = tl.dot(a, b)                            # step k
+        acc += second * second_scale[:, None]           # step k - 1, promoted
+        # an odd count of K-steps: the last step k + 1 loads zeros, times the last scales
+        kb = tl.minimum(((k + 1) * BLOCK_SIZE_K) // SCALE_BLOCK, (K - 1) // SCALE_BLOCK)
+        second_scale = tl.load(sa_ptrs + kb * stride_sak) * tl.load(sb_ptr + kb * stride_sbk)
+        a, b = load_tiles(a_ptrs + BLOCK_SIZE_K * stride_ak, b_ptrs + BLOCK_SIZE_K * stride_bk,
+                          k + 1, K, BLOCK_SIZE_K)
+        second = tl.dot(a, b)                           # step k + 1, left running ...
+        acc += first * scale[:, None]                   # ... while step k is promoted
+        a_ptrs += 2 * BLOCK_SIZE_K * stride_ak
+        b_ptrs += 2 * BLOCK_SIZE_K * stride_bk
+    acc += second * second_scale[:, None]
+
+    store_tile(c_ptr, acc, pid_m, pid_n, M, N, stride_cm, stride_cn, BLOCK_SIZE_M, BLOCK_SIZE_N)
+
+
 # ------------------------------------------------------------------ 4. per row, promoted by Triton
 @triton.jit
 def rowwise_promoted_kernel(
@@ -296,16 +351,20 @@ GPU_CONFIG = TileConfig(128, 256, 128, 8, 3)
 # 128 x 128 over 256 threads is 2 x 64 (ptxas: 182 registers, no spills), one K-step per
 # 128-wide scale block, and a tile's columns share one scale of B; 4 stages of (16 + 16) KB.
 PROMOTED_CONFIG = TileConfig(128, 128, 128, 8, 4)
+# blockwise_two_step_kernel: two K-steps' tiles per stage, 2 x (16 + 16) KB; 2 stages
+TWO_STEP_CONFIG = TileConfig(128, 128, 128, 8, 2)
 # the interpreter: 16 x 16 tiles 32 deep (FP8 dots need K >= 32 on a GPU, kept here), so a
 # 128-wide scale block spans four K-steps and the suite's shapes span several tiles
 SIM_CONFIG = TileConfig(16, 16, 32, 1, 1)
 GROUP_SIZE_M = 8
-PROMOTING = (blockwise_kernel, rowwise_promoted_kernel)
+PROMOTING = (blockwise_kernel, rowwise_promoted_kernel, blockwise_two_step_kernel)
 
 
 def gpu_config(kernel):
     """The GPU configuration of ``kernel``: PROMOTED_CONFIG for the kernels that promote in
-    the K loop, GPU_CONFIG for the others."""
+    the K loop (TWO_STEP_CONFIG for the two-step one), GPU_CONFIG for the others."""
+    if kernel is blockwise_two_step_kernel:
+        return TWO_STEP_CONFIG
     return PROMOTED_CONFIG if kernel in PROMOTING else GPU_CONFIG
 
 
