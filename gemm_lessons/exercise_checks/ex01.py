@@ -8,15 +8,32 @@ import torch
 from .. import harness
 from .guards import ExerciseError, HINTS, run_answer
 from .refusal import no_package_calls, refuse_package_kernel
-from .products import (LaunchRecorder, ceil_div, check_product, launch_dims, launching,
-                       sim_launch, small_suite)
+from .products import (LaunchRecorder, bind_numba, ceil_div, check_product, launch_dims,
+                       launching, sim_launch, small_suite)
 
 
-def _ref_k01():
-    """One thread per element, consecutive threadIdx.x on consecutive columns: lesson 01's
-    coalesced kernel, as the package registers it."""
-    from ..kernels.k01_naive import coalesced_kernel
-    return coalesced_kernel
+_ref01 = {}
+
+
+def _two_rows_k01():
+    """A kernel of blocks of 32 x 8 threads in which each thread computes two elements of C,
+    one above the other: thread (x, y) of block (bx, by) computes column bx * 32 + x and
+    rows by * 16 + y and by * 16 + y + 8, so a block covers a 16 x 32 tile (exercise 2)."""
+    if "k" not in _ref01:
+        bind_numba(globals())
+
+        @cuda.jit
+        def two_rows(A, B, C):
+            col = cuda.blockIdx.x * cuda.blockDim.x + cuda.threadIdx.x
+            for half in range(2):
+                row = (cuda.blockIdx.y * 2 + half) * cuda.blockDim.y + cuda.threadIdx.y
+                if row < C.shape[0] and col < C.shape[1]:
+                    acc = float32(0.0)
+                    for k in range(A.shape[1]):
+                        acc += A[row, k] * B[k, col]
+                    C[row, col] = acc
+        _ref01["k"] = two_rows
+    return _ref01["k"]
 
 
 def _thread_map(t, c):
@@ -85,10 +102,12 @@ def ex01_kernel(kernel):
 
 
 def ex01_grid(launcher):
-    """Lesson 01, exercise 2: the launcher, run with a correct kernel (independent of
-    exercise 1), which it must launch itself: a launcher that hands the work to another
-    (the package's) is refused. Its block and grid are looked at before each launch, so that
-    a transposed block, swapped grid axes or a grid rounded down are named as such."""
+    """Lesson 01, exercise 2: the launcher of a kernel whose blocks of 32 x 8 threads cover
+    16 x 32 tiles (each thread two rows), run with a correct kernel (independent of exercise
+    1), which it must launch itself: a launcher that hands the work to another (the
+    package's) is refused. Its block and grid are looked at before each launch, so that a
+    transposed block, swapped grid axes, a grid rounded down or one block per 8 rows are
+    named as such."""
     def inspect(config, args):
         grid, block = launch_dims(config[0]), launch_dims(config[1])
         M, N = args[2].shape
@@ -97,33 +116,43 @@ def ex01_grid(launcher):
                    "along y (the rows)" if block[:2] == (8, 32)
                    else "the kernel expects blocks of 32 x 8 threads (x: columns, y: rows)")
             raise ExerciseError(f"M={M}, N={N}: the block is {block[:2]}: {why}")
-        need = (ceil_div(N, 32), ceil_div(M, 8), 1)
-        if grid == need:
+        cols, rows = _fewest01(32, N), _fewest01(16, M)
+        if grid[:2] == (cols, rows) and grid[2] == 1:
             return
-        if grid[:2] == need[1::-1] and need[0] != need[1]:
+        if grid[:2] == (rows, cols) and rows != cols:
             why = ("the grid's axes are swapped: blockIdx.x counts the blocks along the "
-                   "columns (N / 32 of them), blockIdx.y along the rows (M / 8)")
-        elif grid[:2] == (ceil_div(M, 32), ceil_div(N, 8)) and M != N:
-            why = ("M and N swapped: x counts blocks of 32 columns, ceil(N / 32), and y "
-                   "blocks of 8 rows, ceil(M / 8)")
-        elif grid[:2] == (N // 32, M // 8) or grid[:2] == (max(N // 32, 1), max(M // 8, 1)):
+                   "columns (32 columns each), blockIdx.y along the rows (16 rows each)")
+        elif grid[:2] == (_fewest01(32, M), _fewest01(16, N)) and M != N:
+            why = ("M and N swapped: x counts blocks of 32 columns (of N), and y blocks of 16 "
+                   "rows (of M)")
+        elif grid[0] == cols and grid[1] == _fewest01(8, M) and grid[1] != rows:
+            why = ("one block per 8 rows, as in the lesson: here each thread computes two rows, "
+                   "so a block of 8 rows of threads covers 16 rows of C, and half of these "
+                   "blocks have no row of C left to compute")
+        elif grid[:2] in ((N // 32, M // 16), (max(N // 32, 1), max(M // 16, 1))):
             why = ("integer division rounds down: a partial block at the edge needs a block "
-                   "too (round up: (N + 31) // 32)")
-        elif grid[0] >= need[0] and grid[1] >= need[1]:
+                   "too")
+        elif grid[0] >= cols and grid[1] >= rows and grid[2] == 1:
             return                          # more blocks than needed: the kernel's mask copes
         else:
-            why = f"{need[0]} blocks along x (columns) and {need[1]} along y (rows) cover C"
+            why = (f"{cols} blocks along x (32 columns each) and {rows} along y (16 rows each) "
+                   "cover C")
         raise ExerciseError(f"M={M}, N={N}: the grid is {grid[:2]}: {HINTS['grid']}: {why}"
-                            if grid[0] < need[0] or grid[1] < need[1]
+                            if grid[0] < cols or grid[1] < rows
                             else f"M={M}, N={N}: the grid is {grid[:2]}: {why}")
 
-    kernel = LaunchRecorder(_ref_k01(), inspect)
+    kernel = LaunchRecorder(_two_rows_k01(), inspect)
 
     run = launching(launcher, kernel)
 
     report = check_product(run, "my_launcher", cases=small_suite(
         ("square", "rectangular", "ragged", "M=1", "N=1", "K=1")))
     return str(report)
+
+
+def _fewest01(size, extent):
+    """The fewest blocks ``size`` long that together cover ``extent`` (found by counting)."""
+    return next(k for k in range(1, max(extent, 1) + 1) if k * size >= extent)
 
 
 def _sectors_truth(x, row, col0, *, stride=True, elem=True, base=True, guard=True, sector=32):

@@ -6,7 +6,7 @@ from collections import defaultdict
 
 import torch
 
-from .. import harness
+from .. import engines, harness
 from .guards import ExerciseError, HINTS, run_answer
 from .audits import barrier_audit, nan_shared
 from .refusal import no_package_calls, refuse_package_kernel
@@ -115,9 +115,10 @@ def ex02_tile_loop(kernel, T=T02):
 
 def ex02_launch(launcher, BM=16, BN=8):
     """Lesson 02, exercise 2: the launcher of a correct BM x BN tiled kernel on a 1-D grid
-    (threadIdx.x over the BN columns of the tile, threadIdx.y over its BM rows; block b
-    computes tile b // tiles_n down, b % tiles_n across): its block and its grid, looked at
-    before each launch, and the product on the shape suite."""
+    whose tiles are numbered down the columns (threadIdx.x over the BN columns of the tile,
+    threadIdx.y over its BM rows; block b computes tile b % tiles_m down, b // tiles_m
+    across; the kernel is handed tiles_m): its block, its grid and its fourth argument,
+    looked at before each launch, and the product on the shape suite."""
     def inspect(config, args):
         grid, block = launch_dims(config[0]), launch_dims(config[1])
         M, N = args[2].shape
@@ -127,8 +128,13 @@ def ex02_launch(launcher, BM=16, BN=8):
                    else f"the kernel expects blocks of BN x BM = {BN} x {BM} threads (x: "
                    "columns, y: rows)")
             raise ExerciseError(f"M={M}, N={N}: the block is {block[:2]}: {why}")
-        tiles_m, tiles_n = ceil_div(M, BM), ceil_div(N, BN)
+        tiles_m, tiles_n = _fewest02(BM, M), _fewest02(BN, N)
         need = tiles_m * tiles_n
+        if len(args) != 4:
+            raise ExerciseError(
+                f"M={M}, N={N}: the kernel is launched with {len(args)} arguments: it takes "
+                "A, B, C and tiles_m, the number of tiles down C (it numbers its tiles down "
+                "the columns)")
         if grid[1] > 1 or grid[2] > 1:
             raise ExerciseError(
                 f"M={M}, N={N}: the grid is {grid}: the kernel reads only blockIdx.x (a 1-D "
@@ -140,21 +146,45 @@ def ex02_launch(launcher, BM=16, BN=8):
             elif grid[0] in (tiles_m, tiles_n, tiles_m + tiles_n):
                 why = (f"one block per tile: {tiles_m} tiles down times {tiles_n} across, "
                        "not the tiles along one side")
-            elif grid[0] == ceil_div(M, BN) * ceil_div(N, BM):
+            elif grid[0] == _fewest02(BN, M) * _fewest02(BM, N):
                 why = (f"TILE_M and TILE_N swapped: a tile has {BM} rows (of M) and {BN} "
                        "columns (of N)")
             else:
                 why = f"{tiles_m} tiles down times {tiles_n} across, one block each"
             raise ExerciseError(f"M={M}, N={N}: {HINTS['grid']}: {grid[0]} blocks for "
                                 f"{need} tiles: {why}")
+        down = args[3]
+        if down != tiles_m:
+            swapped = (f"TILE_M and TILE_N swapped: a tile has {BM} rows (of M) and {BN} "
+                       "columns (of N)")
+            if down == tiles_n and tiles_n != tiles_m:
+                why = (f"that is tiles_n, the tiles across: the kernel numbers its tiles down "
+                       f"the columns (block b is tile b % tiles_m down, b // tiles_m across), "
+                       f"so it needs the tiles down C, {tiles_m}"
+                       + (f" (or {swapped})" if down == _fewest02(BN, M) else ""))
+            elif down == _fewest02(BN, M):
+                why = swapped
+            elif down in (M // BM, max(M // BM, 1)):
+                why = ("integer division rounds down: the partial tile at the bottom edge is "
+                       "a tile of the column too")
+            elif down == M:
+                why = f"that is M, the rows: the kernel wants the tiles down C, {tiles_m}"
+            else:
+                why = f"the kernel wants tiles_m, the tiles down C: {tiles_m}"
+            raise ExerciseError(f"M={M}, N={N}: the kernel is handed {down} as tiles_m: {why}")
 
-    kernel = LaunchRecorder(_rect_tiled(BM, BN, grid1d=True), inspect)
+    kernel = LaunchRecorder(_rect_tiled(BM, BN), inspect)
 
     run = launching(launcher, kernel)
 
     with nan_shared():
         return str(check_product(run, "my_launcher", cases=small_suite(
             ("square", "rectangular", "ragged", "M=1", "N=1"))))
+
+
+def _fewest02(size, extent):
+    """The fewest tiles ``size`` long that together cover ``extent`` (found by counting)."""
+    return next(k for k in range(1, max(extent, 1) + 1) if k * size >= extent)
 
 
 _counted02 = {}
@@ -235,26 +265,27 @@ def ex02_loads(fn):
 _rect02 = {}
 
 
-def _rect_tiled(BM, BN, BK=4, grid1d=False):
+def _rect_tiled(BM, BN, BK=4):
     """A tiled kernel with a BM x BN tile of C per block of BM x BN threads: per K-tile the
     block loads the BM x BK tile of A and the BK x BN tile of B, each element once, and
-    stores 0 (loads nothing) for elements outside A or B. With ``grid1d`` its grid is 1-D:
-    block b computes tile b // tiles_n down, b % tiles_n across."""
-    key = (BM, BN, BK, grid1d)
+    stores 0 (loads nothing) for elements outside A or B. Its fourth argument ``down``: 0
+    for a 2-D grid (blockIdx.x along the columns, blockIdx.y along the rows); else the grid
+    is 1-D, its tiles numbered down the columns: block b computes tile b % down down and
+    b // down across."""
+    key = (BM, BN, BK)
     if key not in _rect02:
         _numba_globals()
 
         @cuda.jit
-        def rect_tiled(A, B, C):
+        def rect_tiled(A, B, C, down):
             sA = cuda.shared.array((BM, BK), float32)
             sB = cuda.shared.array((BK, BN), float32)
             M, K = A.shape
             N = B.shape[1]
             tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
             tid = ty * BN + tx
-            if grid1d:
-                across = (N + BN - 1) // BN
-                m0, n0 = cuda.blockIdx.x // across * BM, cuda.blockIdx.x % across * BN
+            if down:
+                m0, n0 = cuda.blockIdx.x % down * BM, cuda.blockIdx.x // down * BN
             else:
                 m0, n0 = cuda.blockIdx.y * BM, cuda.blockIdx.x * BN
             acc = float32(0.0)
@@ -288,7 +319,8 @@ def _measured_loads(M, N, K, BM, BN):
         a, b = harness.make_operands(M, N, K)
         c = torch.full((M, N), float("nan"))
         with counters.trace(A=a, B=b, C=c) as t:
-            sim_launch(kernel, (ceil_div(N, BN), ceil_div(M, BM)), (BN, BM), a, b, c)
+            kernel[(ceil_div(N, BN), ceil_div(M, BM)), (BN, BM)](
+                engines.as_numba(a), engines.as_numba(b), engines.as_numba(c), 0)
         ok, _, _ = harness.compare(c, harness.reference(a, b), a, b, torch.float32)
         assert ok, "the reference tiled kernel is wrong"
         _loads02[key] = sum(1 for x in t.accesses if x.space == "global" and x.op == "load")

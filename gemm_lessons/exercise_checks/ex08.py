@@ -109,22 +109,28 @@ def ex08_tuned(tuned):
 _KERNELS08 = {}
 
 
-def _matmul_2d():
-    """Lesson 07's kernel on a 2-D grid: axis 0 counts the tiles along N, axis 1 those along
-    M (built once, on first use, after the engine is chosen)."""
-    if "2d" not in _KERNELS08:
+def _matmul_batched():
+    """Lesson 07's kernel on a 3-D grid, for a batch of products: axis 0 counts the tiles
+    along N, axis 1 those along M, axis 2 the matrices of the batch (built once, on first
+    use, after the engine is chosen)."""
+    if "3d" not in _KERNELS08:
         import triton
         import triton.language as tl
         globals()["tl"] = tl
 
         @triton.jit
-        def matmul_2d(a_ptr, b_ptr, c_ptr, M, N, K,
-                      stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
-                      BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
-                      BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
-                      INPUT_PRECISION: tl.constexpr):
+        def matmul_batched(a_ptr, b_ptr, c_ptr, M, N, K,
+                           stride_ab, stride_am, stride_ak, stride_bb, stride_bk, stride_bn,
+                           stride_cb, stride_cm, stride_cn,
+                           BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr,
+                           BLOCK_SIZE_K: tl.constexpr, GROUP_SIZE_M: tl.constexpr,
+                           INPUT_PRECISION: tl.constexpr):
             pid_n = tl.program_id(axis=0)             # axis 0: the tiles along N
             pid_m = tl.program_id(axis=1)             # axis 1: the tiles along M
+            pid_b = tl.program_id(axis=2)             # axis 2: the matrices of the batch
+            a_ptr += pid_b * stride_ab
+            b_ptr += pid_b * stride_bb
+            c_ptr += pid_b * stride_cb
             offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
             offs_bn = (pid_n * BLOCK_SIZE_N + tl.arange(0, BLOCK_SIZE_N)) % N
             offs_k = tl.arange(0, BLOCK_SIZE_K)
@@ -144,8 +150,8 @@ def _matmul_2d():
             tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty),
                      mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
 
-        _KERNELS08["2d"] = matmul_2d
-    return _KERNELS08["2d"]
+        _KERNELS08["3d"] = matmul_batched
+    return _KERNELS08["3d"]
 
 
 class _GridRecorder:
@@ -165,13 +171,21 @@ class _GridRecorder:
 _TILES08 = ((16, 16, 16), (32, 16, 16), (16, 32, 32))
 
 
+_BATCH08 = 3
+
+
+def _fewest08(size, extent):
+    """The fewest tiles ``size`` wide that together cover ``extent`` (found by counting)."""
+    return next(k for k in range(1, extent + 1) if k * size >= extent)
+
+
 def _grid_cause08(launcher):
     """Call the launcher with a recorder for a kernel, evaluate its grid for each config's
-    meta-parameters, and name what is wrong with it (None if nothing)."""
-    from ..common import cdiv
-    M, N, K = 37, 45, 29
-    a, b = torch.randn(M, K).half(), torch.randn(K, N).half()
-    c = torch.empty(M, N, dtype=torch.float16)
+    meta-parameters, and name what is wrong with it (None if nothing). A count along an
+    axis is right when its tiles cover the extent with no tile to spare."""
+    M, N, K, batch = 37, 45, 29, _BATCH08
+    a, b = torch.randn(batch, M, K).half(), torch.randn(batch, K, N).half()
+    c = torch.empty(batch, M, N, dtype=torch.float16)
     rec = _GridRecorder()
     with run_answer("my_launcher", seconds=30), \
             no_package_calls("my_launcher", allowed=(rec.__getitem__, rec.launch)):
@@ -189,21 +203,32 @@ def _grid_cause08(launcher):
         with run_answer("my_launcher's grid(meta)", seconds=10), \
                 no_package_calls("my_launcher's grid(meta)"):
             got = tuple(grid(dict(meta)))
-        want = (cdiv(N, bn), cdiv(M, bm))
-        if got == want:
+        tiles_n, tiles_m = _fewest08(bn, N), _fewest08(bm, M)
+        if got == (tiles_n, tiles_m, batch):
             continue
-        where = f"M = {M}, N = {N}, the config {bm} x {bn} x {bk}: grid {got}, expected {want}"
+        where = (f"a batch of {batch} products, M = {M}, N = {N}, the config {bm} x {bn} x "
+                 f"{bk}: grid {got}, expected ({tiles_n}, {tiles_m}, {batch})")
         if len(got) == 1:
             return (f"{where}: a 1-D grid (lesson 08's). This kernel reads tl.program_id(0) "
-                    "for its column of tiles and tl.program_id(1) for its row: a 2-D grid, "
-                    "(tiles along N, tiles along M)")
-        if got[:2] == want[::-1]:
+                    "for its column of tiles, tl.program_id(1) for its row and "
+                    "tl.program_id(2) for its matrix of the batch: a 3-D grid")
+        if len(got) == 2:
+            return (f"{where}: {HINTS['grid']}: the batch has no axis, so only its first "
+                    "matrix is computed: axis 2 counts the matrices of the batch (a.shape[0]), "
+                    "one program per tile of each")
+        if got[0] == batch and got[1:] == (tiles_n, tiles_m):
+            return (f"{where}: the batch on axis 0: this kernel reads its matrix from "
+                    "tl.program_id(2), its column of tiles from tl.program_id(0)")
+        if got[:2] == (tiles_m, tiles_n) and tiles_m != tiles_n:
             return (f"{where}: the axes swapped: axis 0 counts the tiles along N "
                     "(tl.program_id(0) is pid_n), axis 1 the tiles along M")
-        if got[:2] == (N // bn, M // bm) or got[:2] == (max(N // bn, 1), max(M // bm, 1)):
+        if got[2] != batch:
+            return (f"{where}: axis 2 has {got[2]} programs for a batch of {batch} matrices: "
+                    "one per matrix (a.shape[0])")
+        if got[:2] in ((N // bn, M // bm), (max(N // bn, 1), max(M // bm, 1))):
             return (f"{where}: {HINTS['grid']}: integer division rounds down, and the partial "
                     "tiles at the edge are tiles too (triton.cdiv)")
-        if got[:2] == (cdiv(N, bm), cdiv(M, bm)):
+        if got[0] == _fewest08(bm, N):
             return (f"{where}: {HINTS['grid']} for this config: the tiles along N are "
                     "meta['BLOCK_SIZE_N'] wide, not BLOCK_SIZE_M")
         return (f"{where}: {HINTS['grid']} for this config: compute it from "
@@ -213,9 +238,9 @@ def _grid_cause08(launcher):
 
 
 def ex08_grid(launcher):
-    """Lesson 08, exercise 2: a 2-D grid that follows the chosen config. The grid is read from
-    a recorded launch for each config, then the launcher runs kernels tuned over a single
-    config each, so a fixed grid fails for one of them."""
+    """Lesson 08, exercise 2: a 3-D grid that follows the chosen config, for a batch of
+    products. The grid is read from a recorded launch for each config, then the launcher
+    runs kernels tuned over a single config each, so a fixed grid fails for one of them."""
     import triton
     from ..kernels import k08_triton_autotune as k08
     cause = _grid_cause08(launcher)
@@ -226,15 +251,27 @@ def ex08_grid(launcher):
         cfg = triton.Config({"BLOCK_SIZE_M": bm, "BLOCK_SIZE_N": bn, "BLOCK_SIZE_K": bk,
                              "GROUP_SIZE_M": 4}, num_warps=1, num_stages=1)
         tuned = triton.autotune(configs=[cfg], key=["M", "N", "K"],
-                                do_bench=k08.cpu_timer)(_matmul_2d())
+                                do_bench=k08.cpu_timer)(_matmul_batched())
+
+        def run(a, b, c):
+            # the case's product is the last of a batch; the others are other products
+            a3 = torch.stack([a.flip(0)] * (_BATCH08 - 1) + [a])
+            b3 = torch.stack([b.flip(1)] * (_BATCH08 - 1) + [b])
+            c3 = torch.full((_BATCH08, *c.shape), float("nan"), dtype=c.dtype)
+            launcher(tuned, a3, b3, c3)
+            c.copy_(c3[-1])
+            left = [i for i in range(_BATCH08 - 1) if c3[i].isnan().any()]
+            if left:
+                raise ExerciseError(f"matrices {left} of the batch hold NaN: not every "
+                                    "(tile, matrix) pair has a program")
         try:
-            report = check_product(lambda a, b, c: launcher(tuned, a, b, c), "my_launcher",
-                                   (torch.float16,), small_suite(_CASES08))
+            report = check_product(run, "my_launcher", (torch.float16,), small_suite(_CASES08))
         except ExerciseError as e:
             raise ExerciseError(f"with the config {bm} x {bn} x {bk}: {e}\n(the {HINTS['grid']} "
                                 "for this config? axis 0 from meta['BLOCK_SIZE_N'], axis 1 from "
-                                "meta['BLOCK_SIZE_M'])") from None
-    return f"{report}; every tile written on a 2-D grid, whichever config won"
+                                "meta['BLOCK_SIZE_M'], axis 2 the batch)") from None
+    return (f"{report}; every tile of every matrix of a batch written on a 3-D grid, whichever "
+            "config won")
 
 
 # The most shared memory one program may use, by compute capability (bytes; the CUDA C++
