@@ -38,9 +38,11 @@ below 0.31).
 
 The simulator runs the blocks of a grid one after another, so the blocks of a cluster
 never run at once there: it emulates clusters of **one block** only, where these
-instructions keep their meaning (rank 0; the cluster barrier is the block's; an arrival on
-block 0's barrier is an arrival on one's own; a multicast to mask 1 is a plain TMA load),
-and raises :class:`ClusterNotSimulated` for anything that needs a second block. What a
+instructions keep their meaning (rank 0; an arrival on block 0's barrier is an arrival
+on one's own; a multicast to mask 1 is a plain TMA load; the cluster barrier is a barrier
+of the block's threads with the PTX ISA's rules: a wait returns once every thread that has
+not exited has arrived on the phase, so a thread that waits without its arrive is a
+deadlock that the scheduler names, as it names an mbarrier's), and raises :class:`ClusterNotSimulated` for anything that needs a second block. What a
 cluster of two adds (the other block's arrivals, a multicast that lands in two blocks, the
 barrier before exit) is checked only on a GPU (``compute-sanitizer`` and the results).
 """
@@ -207,12 +209,97 @@ else:
     def cluster_ctarank():
         return 0
 
+    import threading
+
+    from . import sim_scheduler
+
+    _lock = threading.Condition()
+    _cluster = {}       # this block's cluster barrier: "bar" and "arrived" (thread -> the
+                        # phase it arrived on, until its wait returns)
+
+    class _ClusterBarrier:
+        """The cluster barrier's phase and pending arrivals (one arrival per thread of the
+        block), read by the scheduler's deadlock report as an mbarrier's are."""
+        def __init__(self, count):
+            self.count = self.pending = count
+            self.phase = 0
+
+        def where(self):
+            return "the cluster barrier (barrier.cluster)"
+
+        def lacks(self):
+            return f"{self.pending} of {self.count} arrivals pending"
+
+        def complete(self):
+            self.phase += 1
+            self.pending = self.count
+            _lock.notify_all()
+
+    def _block_started():
+        with _lock:
+            _cluster.clear()
+
+    def _cluster_barrier():
+        """The block's cluster barrier (made at its first use; ``_lock`` is held)."""
+        if "bar" not in _cluster:
+            count = 1
+            for d in threading.current_thread()._manager._block_dim:
+                count *= int(d)
+            _cluster["bar"], _cluster["arrived"] = _ClusterBarrier(count), {}
+        return _cluster["bar"], _cluster["arrived"]
+
     def barrier_cluster_arrive():
-        pass                # a cluster of one: the wait below is the block's barrier
+        th = threading.current_thread()
+        with _lock:
+            b, arrived = _cluster_barrier()
+            if th in arrived:
+                raise PTXUsageError(
+                    "barrier_cluster_arrive: this thread arrived on the cluster barrier's "
+                    f"phase {arrived[th]} and has not waited since (arrive, wait, arrive)")
+            arrived[th] = b.phase
+            b.pending -= 1
+            if b.pending == 0:
+                b.complete()
 
     def barrier_cluster_wait():
-        import threading
-        threading.current_thread().syncthreads()     # the simulator's block barrier
+        # the phase this thread arrived on; without an arrive, the current phase, which
+        # then waits for this thread too and never completes: every thread ends up waiting,
+        # and the scheduler reports the deadlock (ptx_mbarrier's report names this barrier)
+        th = threading.current_thread()
+        with _lock:
+            b, arrived = _cluster_barrier()
+            phase = arrived.get(th, b.phase)
+            while b.phase <= phase:
+                if getattr(th, "abort", False):
+                    raise RuntimeError("abort flag set while waiting on the cluster barrier")
+                err = getattr(th, "gl_mbarrier_error", None)
+                if err is not None:
+                    raise err
+                th.gl_mbarrier_wait = (b, phase & 1)     # the scheduler sees a waiter
+                _lock.wait(0.05)
+            th.gl_mbarrier_wait = None
+            arrived.pop(th, None)
+
+    def _exits_release(final):
+        """A thread that exits counts as arrived (PTX's ``exit``): once every thread still
+        alive has arrived on the current phase, it completes."""
+        if not final:
+            return False
+        with _lock:
+            b = _cluster.get("bar")
+            if b is None:
+                return False
+            arrived = _cluster["arrived"]
+            managers = {getattr(t, "_manager", None) for t in arrived}
+            live = [t for t in threading.enumerate()
+                    if getattr(t, "_manager", None) in managers and t.is_alive()]
+            if not live or any(arrived.get(t) != b.phase for t in live):
+                return False
+            b.complete()
+            return True
+
+    sim_scheduler.add_hooks(_block_started, lambda live: None)
+    mb.add_stall_hook(_exits_release)
 
     def mbarrier_arrive_cluster(bars, idx, cta):
         if cta != 0:

@@ -7,6 +7,11 @@ of the GPU configuration (clusters of two) has the multicast load, the cluster b
 the start and before the exit, and the releases through ``mapa``; ptxas neither spills nor
 needs more registers than step 8. On a Hopper GPU, the clusters of two are checked on a
 shape whose second block of a cluster tile lies wholly past N.
+
+The barrier audit on the simulator names each broken variant: a dropped wait for the last
+store (a race on the scratch), a wrong parity on the ring (a deadlock on ``empty[0]``) and a
+missing arrive at the cluster barrier (a deadlock on the cluster barrier, every thread
+waiting, none arrived), while the kernel built without a bug is right on the same product.
 """
 import gemm_lessons as gl  # noqa: I001  (first: it picks the engine)
 import re
@@ -17,6 +22,8 @@ import torch
 from gemm_lessons import compiled, engines, harness
 from gemm_lessons.kernels import k06_cluster as kc
 from gemm_lessons.ptx_cluster import ClusterNotSimulated
+from gemm_lessons.ptx_mbarrier import MbarrierDeadlock
+from gemm_lessons.ptx_tma import BulkStoreRace
 
 NAME = "k06_cluster"
 SIM = not engines.on_gpu()
@@ -61,6 +68,33 @@ def test_a_cluster_of_two_is_refused_on_the_simulator():
     with pytest.raises(ClusterNotSimulated, match="emulates clusters of one block only"):
         kc.run(a, b, None, out, config=dict(CLUSTER=2))
     assert torch.isnan(out).all()                    # nothing ran
+
+
+@sim_only
+@pytest.mark.parametrize("bug, error, says", [
+    (None, None, None),
+    ("no_store_wait", BulkStoreRace, "written after the store was issued"),
+    ("parity", MbarrierDeadlock,
+     "1 thread(s) wait with parity 0 on mbarrier empty[0] (stage 0)"),
+    ("no_cluster_arrive", MbarrierDeadlock,
+     "384 thread(s) wait with parity 0 on the cluster barrier (barrier.cluster): its phase 0 "
+     "(parity 0) never completes, 384 of 384 arrivals pending")])
+def test_the_barrier_audit_names_each_broken_variant(bug, error, says):
+    # one block, two 128 x 64 tiles (the second tile's epilogue rewrites the first's scratch)
+    a, b = harness.make_operands(64, 72, 64, torch.float16, seed=2)
+    out = torch.full((64, 72), float("nan"), dtype=torch.float16)
+    if error is None:
+        kc.run(a, b, None, out, blocks=1)
+        assert harness.compare(out, harness.reference(a, b).double(), a, b, torch.float16)[0]
+        return
+    with pytest.raises(error) as caught:
+        kc.run(a, b, None, out, bug=bug, blocks=1)
+    assert says in str(caught.value)
+
+
+def test_a_bug_outside_the_list_is_refused():
+    with pytest.raises(ValueError, match="bug must be one of"):
+        kc.make_kernel(kc.SIM_CONFIG, bug="no_arrive")
 
 
 def test_a_cluster_larger_than_eight_is_refused():

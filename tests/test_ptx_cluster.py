@@ -2,7 +2,9 @@
 the cluster barrier is the block's, an arrival on block 0's barrier completes one's own
 phase, and a multicast to mask 1 lands the box exactly as ``tma_load_2d`` does; on the
 simulator, anything that needs a second block of a cluster is refused with
-``ClusterNotSimulated`` (never a silent pass); the PTX of every instruction compiles for
+``ClusterNotSimulated`` (never a silent pass); the simulator's cluster barrier waits for
+every thread that has not exited, names a wait without its arrive as a deadlock, and
+refuses a second arrive before the wait; the PTX of every instruction compiles for
 sm_90a, and ptxas takes it."""
 import gemm_lessons as gl  # noqa: F401, I001  (first: it picks the engine)
 import json
@@ -102,6 +104,52 @@ def test_the_simulator_refuses_what_needs_a_second_block(mask, cta, cluster, wha
     with pytest.raises(pc.ClusterNotSimulated, match=what.replace("(", r"\(")
                        .replace(")", r"\)")):
         _run(make_kernel(mask, cta), _operand(), 0, 0, cluster)
+
+
+def meeting_kernel(arrive=True, exits=0):
+    """Threads below ``exits`` return at once; the others arrive (unless ``arrive`` is
+    False), wait, and write 1 where they passed the cluster barrier."""
+    @cuda.jit
+    def kernel(out):
+        t = cuda.threadIdx.x
+        if t < exits:
+            return
+        if arrive:
+            pc.barrier_cluster_arrive()
+        pc.barrier_cluster_wait()
+        out[t] = 1
+    return kernel
+
+
+@sim_only
+@pytest.mark.parametrize("exits", [0, 40])
+def test_the_cluster_barrier_waits_for_the_threads_that_have_not_exited(exits):
+    out = np.zeros(64, np.int32)
+    meeting_kernel(exits=exits)[1, 64](out)
+    assert out.tolist() == [0] * exits + [1] * (64 - exits)
+
+
+@sim_only
+def test_a_wait_without_its_arrive_is_a_deadlock_the_simulator_names():
+    from gemm_lessons.ptx_mbarrier import MbarrierDeadlock
+    out = np.zeros(64, np.int32)
+    with pytest.raises(MbarrierDeadlock, match=r"64 thread\(s\) wait with parity 0 on the "
+                       r"cluster barrier \(barrier\.cluster\): its phase 0 \(parity 0\) "
+                       r"never completes, 64 of 64 arrivals pending"):
+        meeting_kernel(arrive=False)[1, 64](out)
+    assert not out.any()
+
+
+@sim_only
+def test_a_second_arrive_before_the_wait_is_refused():
+    @cuda.jit
+    def kernel(out):
+        pc.barrier_cluster_arrive()
+        pc.barrier_cluster_arrive()
+        pc.barrier_cluster_wait()
+        out[cuda.threadIdx.x] = 1
+    with pytest.raises(Exception, match="has not waited since"):
+        kernel[1, 32](np.zeros(32, np.int32))
 
 
 _COMPILE = """

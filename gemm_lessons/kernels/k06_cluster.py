@@ -47,11 +47,12 @@ from ..ptx_tma import (bulk_commit_group, bulk_wait_group_read, fence_proxy_asyn
                        tma_load_2d, tma_store_2d)
 from . import FP16_BF16, Kernel
 from .k06_producer_consumer import BK, registers
-from .k06_tma_store import BUGS, OUT_BOX, TmaStoreConfig, launch, smem_bytes
+from .k06_tma_store import BUGS as TMA_STORE_BUGS
+from .k06_tma_store import OUT_BOX, TmaStoreConfig, launch, smem_bytes
 from .tc_common import engine_config, grouped_block
 
-__all__ = ["ClusterConfig", "GPU_CONFIG", "SIM_CONFIG", "make_kernel", "kernel_for", "run",
-           "cluster", "KERNELS"]
+__all__ = ["ClusterConfig", "GPU_CONFIG", "SIM_CONFIG", "BUGS", "make_kernel", "kernel_for",
+           "run", "cluster", "KERNELS"]
 
 
 @dataclass(frozen=True)
@@ -68,13 +69,17 @@ class ClusterConfig(TmaStoreConfig):
 
 GPU_CONFIG = ClusterConfig(BM=128, BN=256, STAGES=3, CLUSTER=2)
 SIM_CONFIG = ClusterConfig(BM=128, BN=64, STAGES=3, CLUSTER=1)   # blocks run one at a time
+#: step 8's broken variants, and ``'no_cluster_arrive'``: the first meeting of the cluster
+#: is a ``barrier_cluster_wait`` without its ``barrier_cluster_arrive``
+BUGS = TMA_STORE_BUGS + ("no_cluster_arrive",)
 
 
 @lru_cache(maxsize=None)
 def make_kernel(cfg, bf16=False, bug=None):
     """The cluster kernel for one :class:`ClusterConfig` (fp16, or bf16 with ``bf16=True``).
     ``bug``: the broken variants of ``k06_tma_store`` (``'parity'``, ``'no_release'``,
-    ``'no_store_wait'``), from the same source."""
+    ``'no_store_wait'``) and ``'no_cluster_arrive'`` (every thread waits at the cluster's
+    first meeting without arriving), from the same source."""
     if bug not in BUGS:
         raise ValueError(f"bug must be one of {BUGS}, got {bug!r}")
     BM, BN, STAGES, GROUP_M, CLUSTER = cfg.BM, cfg.BN, cfg.STAGES, cfg.GROUP_M, cfg.CLUSTER
@@ -93,6 +98,7 @@ def make_kernel(cfg, bf16=False, bug=None):
     EMPTY_PARITY0 = 0 if bug == "parity" else 1     # the producer's parity in round 0
     RELEASE = bug != "no_release"
     STORE_WAIT = bug != "no_store_wait"
+    CLUSTER_ARRIVE = bug != "no_cluster_arrive"
     OUT_BOXES = BN // OUT_BOX                       # 64 x 64 output boxes per consumer
     SO = STAGES * STAGE                             # the scratch starts after the ring
     SMEM_BYTES = smem_bytes(cfg)
@@ -118,7 +124,8 @@ def make_kernel(cfg, bf16=False, bug=None):
                 mbarrier_init(full, s, 1)
                 mbarrier_init(empty, s, EMPTY_ARRIVALS)
             fence_mbarrier_init()
-        barrier_cluster_arrive()                    # every block's barriers are ready
+        if CLUSTER_ARRIVE:
+            barrier_cluster_arrive()                # every block's barriers are ready
         barrier_cluster_wait()                      # before any block signals another's
 
         if wg == 0:

@@ -57,7 +57,7 @@ from ..kernels.tc_common import grouped_block
 from ..ptx import (WMMA_SMEM_ALIGN, cp_async16, cp_async_commit_group,
                    cp_async_wait_group, f16_to_f32)
 
-__all__ = ["copy_timeline", "column_sums", "column_sums_missing_wait",
+__all__ = ["cluster_audit_demo", "copy_timeline", "column_sums", "column_sums_missing_wait",
            "column_sums_early_copy", "run_column_sums", "missing_wait_demo",
            "early_copy_demo", "dropped_store_wait_demo", "broken_turn_demo", "show_part",
            "show_diff_part", "tile_origins", "wave_panels", "OrderFootprint", "order_footprint"]
@@ -237,6 +237,35 @@ def broken_turn_demo():
     70 x 72 product: the deadlock's message (on a GPU, from a simulator child process: the
     real kernel would hang)."""
     return run_on_simulator("gemm_lessons.labs.k06:_broken_turn_here")
+
+
+def _cluster_audit_here():
+    from ..kernels import k06_cluster
+    from ..ptx_mbarrier import MbarrierDeadlock
+    from ..ptx_tma import BulkStoreRace
+    a = torch.randn(64, 256, generator=torch.Generator().manual_seed(1)).half()
+    b = torch.randn(256, 72, generator=torch.Generator().manual_seed(2)).half()
+    want = a.double() @ b.double()
+    found = {}
+    for bug in k06_cluster.BUGS:
+        out = torch.full((64, 72), float("nan"), dtype=torch.float16)
+        try:
+            k06_cluster.run(a, b, None, out, bug=bug, blocks=1)
+            err = float((out.double() - want).abs().max())
+            found[bug] = "correct" if err < 0.1 else "WRONG"
+        except (MbarrierDeadlock, BulkStoreRace) as e:
+            what = re.sub(r"^tid=\[[^\]]*\] ctaid=\[[^\]]*\]: ", "", str(e))  # the thread
+            found[bug] = f"{type(e).__name__}: {what}"
+    return found
+
+
+def cluster_audit_demo():
+    """``{bug: what happened}`` for ``k06_cluster`` and each of its broken variants
+    (``k06_cluster.BUGS``), on the simulator (clusters of one block): one block walks the
+    two 128 x 64 tiles of a 64 x 72 product with K = 256 (4 k-tiles each, through a ring of
+    3 stages), so a stage is refilled, and the second tile's epilogue writes the scratch
+    whose store the first issued."""
+    return run_on_simulator("gemm_lessons.labs.k06:_cluster_audit_here")
 
 
 def _part(obj, start, end):
