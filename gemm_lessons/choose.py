@@ -20,10 +20,12 @@ engineer would ask:
 4. **How many tiles, and how evenly do they fill the GPU?** A grid of 128 x 256 tiles
    runs in waves of one tile per multiprocessor (132 on an H200): 144 tiles take two waves,
    the second with 12 tiles and 120 multiprocessors idle. The unsplit TMA kernels are chosen
-   from 2048 rows on where the tiles fill their waves at least three-quarters full on
-   average (at 2048 x 1024 there are only 16 x 4 = 64 tiles; at 6128 x 568, 48 x 3 = 144
-   tiles fill 2 waves 55 % full); elsewhere split-K (lesson 08) cuts K into slices so that
-   there are programs enough.
+   from 2048 rows on where their tiles fill their waves at least three-quarters full on
+   average; where 128 x 256 tiles do not but 128 x 128 tiles do, the kernel takes those
+   (at 6128 x 568: 48 x 3 = 144 tiles fill 2 waves 55 % full, 48 x 5 = 240 fill them 91 %;
+   :func:`~gemm_lessons.common.wave_tile`). Elsewhere (at 2048 x 1024 there are only
+   16 x 4 = 64 tiles of 128 x 256, 16 x 8 = 128 of 128 x 128) split-K (lesson 08) cuts K
+   into slices so that there are programs enough.
 5. **Is B the transposed weight?** ``W.t()`` of an ``nn.Linear`` weight has contiguous
    columns: lesson 08's TMA kernel would copy it, while lesson 09's TMA kernel builds its
    descriptor on ``W`` itself and transposes each tile in shared memory (free for wgmma).
@@ -43,17 +45,16 @@ from __future__ import annotations
 import torch
 
 from . import engines
-from .common import cdiv, sm_count
+from .common import FULL_WAVES, cdiv, sm_count, wave_fill, wave_tile
 
 __all__ = ["AUTO", "kernel_for", "tma_addressable", "wide_loads", "wave_fill", "MANY_ROWS",
            "SMALL"]
 
 AUTO = "auto"
 MANY_ROWS = 2048          # rows from which the unsplit TMA kernels may fill the GPU ...
-TILE = (128, 256)         # ... with as many of their 128 x 256 tiles as there are SMs
+TILES = ((128, 256), (128, 128))  # ... with their tiles (largest first), one per SM a wave
 SMALL = 2 ** 27           # multiply-adds below which the host's time per call dominates
 WIDE_COPY = 256           # M and N from which staging a misaligned operand pays
-FULL_WAVES = 0.75         # how full, on average, the unsplit kernels' waves of tiles must be
 
 
 def tma_addressable(t):
@@ -74,12 +75,6 @@ def wide_loads(t):
             and t.data_ptr() % 16 == 0)
 
 
-def wave_fill(tiles, sms):
-    """How full the waves of ``tiles`` tiles are on average, one tile per multiprocessor at a
-    time (1.0: every wave full)."""
-    return tiles / (cdiv(tiles, sms) * sms) if tiles else 0.0
-
-
 def kernel_for(a, b, *, fused=False, batched=False):
     """The registered kernel ``kernel="auto"`` runs for ``a @ b`` (``fused``: a ``gl.gemm``
     call with an epilogue; ``batched``: a 3-D operand or C)."""
@@ -88,7 +83,8 @@ def kernel_for(a, b, *, fused=False, batched=False):
     hopper = eng.kind == "cuda" and tuple(eng.capability)[0] == 9
     M, K, N = a.shape[-2], a.shape[-1], b.shape[-1]
     sms = sm_count()
-    tiles = cdiv(M, TILE[0]) * cdiv(N, TILE[1])
+    bm, bn = wave_tile(M, N, TILES, sms)     # the tile the TMA kernels would take
+    tiles = cdiv(M, bm) * cdiv(N, bn)
     full = M >= MANY_ROWS and tiles >= sms and wave_fill(tiles, sms) >= FULL_WAVES
     if fused:
         if batched:

@@ -5,6 +5,8 @@
   Python (the Triton and numba kernels carry the same arithmetic in their own language);
 * :func:`sm_count` - streaming multiprocessors of the GPU, or :data:`NOMINAL_SMS` off it,
   so that rules which depend on it decide the same way on every engine;
+* :func:`wave_fill`, :func:`wave_tile` - how full a persistent grid's waves of tiles are,
+  and the largest tile whose waves are full enough (the TMA kernels and ``kernel="auto"``);
 * :func:`simulated` - is this process running numba's simulator and Triton's interpreter;
 * :func:`dtype_name` - ``"float16"`` for ``torch.float16``: how dtypes are printed;
 * :func:`run_on_simulator` - call a function in a child process that runs the simulator,
@@ -26,7 +28,7 @@ from functools import lru_cache
 from . import engines
 
 __all__ = ["cdiv", "grouped_order", "NOMINAL_SMS", "sm_count", "smem_optin", "simulated",
-           "run_on_simulator", "dtype_name", "geomean"]
+           "run_on_simulator", "dtype_name", "geomean", "wave_fill", "wave_tile", "FULL_WAVES"]
 
 NOMINAL_SMS = 132      # an H100/H200 (SXM): the SM count used where there is no GPU
 
@@ -64,6 +66,29 @@ def sm_count(device=None) -> int:
         device = torch.device("cuda", device) if isinstance(device, int) else torch.device(device)
         index = device.index if device.index is not None else torch.cuda.current_device()
     return _device_sms(index)
+
+
+FULL_WAVES = 0.75      # how full, on average, a persistent grid's waves of tiles must be
+
+
+def wave_fill(tiles, sms):
+    """How full the waves of ``tiles`` tiles are on average, one tile per multiprocessor at a
+    time (1.0: every wave full; 144 tiles on 132 SMs: two waves, 144 / 264 = 0.55)."""
+    return tiles / (cdiv(tiles, sms) * sms) if tiles else 0.0
+
+
+def wave_tile(M, N, tiles, sms, batch=1):
+    """Of the tile shapes ``tiles`` ((BM, BN) pairs, largest first), the first whose waves on
+    an M x N output (``batch`` of them) are at least :data:`FULL_WAVES` full, else the one
+    whose waves are fullest (the first of equals). A large tile reads less per
+    multiply-add, a smaller one leaves fewer multiprocessors idle in the last wave: at
+    6128 x 568 on 132 SMs, 128 x 256 tiles make 48 x 3 = 144 tiles (two waves, 55 % full),
+    128 x 128 tiles 48 x 5 = 240 (91 % full)."""
+    fills = [wave_fill(batch * cdiv(M, bm) * cdiv(N, bn), sms) for bm, bn in tiles]
+    for tile, fill in zip(tiles, fills):
+        if fill >= FULL_WAVES:
+            return tile
+    return tiles[fills.index(max(fills))]
 
 
 @lru_cache(maxsize=None)

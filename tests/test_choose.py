@@ -31,7 +31,8 @@ def hopper(monkeypatch):
     ((8192, 4096, 4096), {}, "k08_triton_tma", "k09_fused_tma"),            # many tiles
     ((2048, 1024, 8192), {}, "k08_triton_splitk", "k09_fused_splitk"),      # 64 tiles < 132
     ((8192, 4096, 4096), {"layout": "wt"}, "k09_fused_tma", "k09_fused_tma"),  # W.t() in place
-    ((6128, 568, 14792), {}, "k08_triton_splitk", "k09_fused_splitk"),      # 2 waves 55 % full
+    ((6128, 568, 14792), {}, "k08_triton_tma", "k09_fused_tma"),    # 128 x 128 tiles: 91 %
+    ((2128, 480, 1952), {"layout": "wt"}, "k08_triton_splitk", "k09_fused_splitk"),  # 68 tiles
     ((2048, 14336, 4096), {}, "k08_triton_tma", "k09_fused_tma"),           # 896 tiles: 97 %
     ((602, 7719, 2910), {"misalign": True}, "k08_triton_tma", "k09_fused_splitk"),  # staged
     ((2023, 82, 23222), {"misalign": True}, "k08_triton_splitk", "k09_fused_splitk"),  # thin
@@ -61,6 +62,26 @@ def test_wave_fill():
     assert choose.wave_fill(132, 132) == 1.0 and choose.wave_fill(0, 132) == 0.0
     assert choose.wave_fill(144, 132) == pytest.approx(144 / 264)
     assert choose.wave_fill(896, 132) == pytest.approx(896 / 924)
+
+
+def test_wave_tile_takes_the_largest_tile_that_fills_its_waves(monkeypatch):
+    from gemm_lessons import common
+    from gemm_lessons.kernels import k08_triton_tma as k08t
+    from gemm_lessons.kernels import k09_fused_tma as k09t
+    tiles = [(128, 256), (128, 128)]
+    assert common.wave_tile(8192, 4096, tiles, 132) == (128, 256)     # 1024 tiles: 97 %
+    assert common.wave_tile(6128, 568, tiles, 132) == (128, 128)      # 55 % against 91 %
+    assert common.wave_tile(2048, 1024, tiles, 132) == (128, 128)     # 64 or 128 tiles: fuller
+    assert common.wave_tile(128, 256, tiles, 132) == (128, 128)       # 2 tiles, not 1
+    assert common.wave_tile(8448, 2048, tiles, 132) == (128, 256)     # 528 tiles: 100 %
+    assert common.wave_tile(100, 100, [(128, 256), (128, 256)], 132) == (128, 256)  # equals
+    assert common.wave_tile(6128, 568, tiles, 132, batch=4) == (128, 256)   # 576 tiles: 87 %
+    assert k08t.config_for(6128, 568, 132) == k08t.NARROW_CONFIG
+    assert k08t.config_for(8192, 4096, 132) == k08t.GPU_CONFIG
+    monkeypatch.setattr(k09t.engines, "on_gpu", lambda: True)
+    assert k09t.default_config(6128, 568, 1, 132) == k09t.NARROW_CONFIG
+    assert k09t.default_config(8192, 4096, 1, 132) == k09t.GPU_CONFIG
+    assert k09t.default_config() == k09t.GPU_CONFIG
 
 
 def test_wide_loads_and_tma_reads():

@@ -20,6 +20,12 @@ Shared memory: 3 stages x (128 + 256) x 64 x 2 bytes = 144 KB of operand tiles, 
 128 x 256 fp16 tile of C staged for the TMA store (64 KB): 208 KB of the 227 KB a program
 may use, so a 4th stage does not fit.
 
+Narrow outputs: 128 x 256 tiles leave much of the GPU idle where the output has few of
+them (6128 x 568: 48 x 3 = 144 tiles, two waves of 132 with the second 9 % full). There the
+launcher takes 128 x 128 x 64 tiles (8 warps, 4 stages: 4 x 32 KB + 32 KB of C = 160 KB),
+by :func:`gemm_lessons.common.wave_tile`: the larger tile wherever its waves are at least
+three-quarters full on average, else the tile whose waves are fuller (240 tiles, 91 %).
+
 Every shape and stride, by the launcher: a descriptor needs the last stride to be 1, the
 other strides and the base address to be multiples of 16 bytes. An operand that is not so
 (transposed, sliced, a row length that is not a multiple of 8 halves) is first copied into
@@ -42,11 +48,11 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .. import engines
-from ..common import cdiv, dtype_name, sm_count
+from ..common import cdiv, dtype_name, sm_count, wave_tile
 from . import FP16_BF16, Kernel
 from .k07_triton_swizzle import TileConfig, grouped_pid, operands
 
-__all__ = ["tma_persistent_kernel", "GPU_CONFIG", "SIM_CONFIG", "SIM_SMS", "GROUP_SIZE_M",
+__all__ = ["tma_persistent_kernel", "GPU_CONFIG", "NARROW_CONFIG", "config_for", "SIM_CONFIG", "SIM_SMS", "GROUP_SIZE_M",
            "tma_ready", "tma_view", "persistent_programs", "descriptors", "matmul", "asm_job"]
 
 
@@ -79,6 +85,7 @@ def tma_persistent_kernel(
 
 # On a GPU: lesson 07's tile; with the staged C tile, 3 stages fit in shared memory, 4 do not
 GPU_CONFIG = TileConfig(128, 256, 64, 8, 3)
+NARROW_CONFIG = TileConfig(128, 128, 64, 8, 4)    # where 128 x 256 tiles fill waves poorly
 # the interpreter: small tiles, and 3 "multiprocessors" so each program loops over tiles
 SIM_CONFIG = TileConfig(16, 16, 16, 1, 1)
 SIM_SMS = 3
@@ -115,6 +122,15 @@ def persistent_programs(device=None):
     return sm_count(device) if engines.on_gpu() else SIM_SMS
 
 
+def config_for(M, N, sms):
+    """The GPU configuration for an M x N output on ``sms`` programs: :data:`GPU_CONFIG`, or
+    :data:`NARROW_CONFIG` where its tiles fill the persistent grid's waves better
+    (:func:`~gemm_lessons.common.wave_tile`)."""
+    configs = (GPU_CONFIG, NARROW_CONFIG)
+    tile = wave_tile(M, N, [(c.BM, c.BN) for c in configs], sms)
+    return configs[[(c.BM, c.BN) for c in configs].index(tile)]
+
+
 def descriptors(a, b, out, config):
     """The three TMA descriptors: tiles of BM x BK of A, BK x BN of B, BM x BN of C."""
     return (TensorDescriptor.from_tensor(a, [config.BM, config.BK]),
@@ -130,8 +146,8 @@ def matmul(a, b, c, *, config=None, sms=None, group_size_m=GROUP_SIZE_M):
     """
     M, K = a.shape
     N = b.shape[1]
-    cfg = config or (GPU_CONFIG if engines.on_gpu() else SIM_CONFIG)
     sms = persistent_programs(c.device) if sms is None else sms
+    cfg = config or (config_for(M, N, sms) if engines.on_gpu() else SIM_CONFIG)
     a, b, precision = operands(a, b)          # the interpreter: bf16 widened to fp32
     a, b = tma_view(a), tma_view(b)
     out = tma_view(c, copy=False)

@@ -57,14 +57,14 @@ import triton.language as tl
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 from .. import engines
-from ..common import cdiv, dtype_name, simulated
+from ..common import cdiv, dtype_name, simulated, sm_count, wave_tile
 from . import FP16_BF16, Kernel
 from . import k09_fused_epilogue as k09
 from .k07_triton_swizzle import grouped_pid
 from .k08_triton_tma import persistent_programs, tma_ready
 from .k09_epilogue import epilogue_in_halves
 
-__all__ = ["fused_tma_kernel", "TmaConfig", "GPU_CONFIG", "SIM_CONFIG", "default_config",
+__all__ = ["fused_tma_kernel", "TmaConfig", "GPU_CONFIG", "NARROW_CONFIG", "SIM_CONFIG", "default_config",
            "load_tile", "as_descriptor", "will_use_tma", "fused_gemm_tma", "gemm_tma", "launch",
            "asm_job"]
 
@@ -168,14 +168,27 @@ class TmaConfig(k09.Config):
 # alternatives).
 GPU_CONFIG = TmaConfig(128, 256, 64, GROUP_SIZE_M=8, num_warps=8, num_stages=3,
                        epilogue_subtile=True)
+# where 128 x 256 tiles fill the persistent grid's waves poorly (lesson 08's NARROW_CONFIG,
+# :func:`gemm_lessons.common.wave_tile`): 128 x 128 x 64, 8 warps, 4 stages
+NARROW_CONFIG = TmaConfig(128, 128, 64, GROUP_SIZE_M=8, num_warps=8, num_stages=4,
+                          epilogue_subtile=True)
 # the interpreter: small tiles (k08's persistent_programs: 3 programs), so programs loop
 # over tiles; the same epilogue on two halves as on the GPU
 SIM_CONFIG = TmaConfig(16, 16, 16, GROUP_SIZE_M=2, num_warps=1, num_stages=1,
                        epilogue_subtile=True)
 
 
-def default_config() -> TmaConfig:
-    return GPU_CONFIG if engines.on_gpu() else SIM_CONFIG
+def default_config(M=None, N=None, batch=1, sms=None) -> TmaConfig:
+    """The configuration a call runs: on a GPU :data:`GPU_CONFIG`, or :data:`NARROW_CONFIG`
+    for an M x N output (``batch`` of them) whose 128 x 256 tiles fill the waves of ``sms``
+    programs poorly; :data:`SIM_CONFIG` on the interpreter."""
+    if not engines.on_gpu():
+        return SIM_CONFIG
+    if M is None:
+        return GPU_CONFIG
+    configs = (GPU_CONFIG, NARROW_CONFIG)
+    tiles = [(c.BLOCK_SIZE_M, c.BLOCK_SIZE_N) for c in configs]
+    return configs[tiles.index(wave_tile(M, N, tiles, sms or sm_count(), batch))]
 
 
 # ------------------------------------------------------------------------ launcher
@@ -227,7 +240,8 @@ def fused_gemm_tma(a3, b3, c3, out, alpha=1.0, beta=0.0, bias=None, activation=N
     B, M, K = a3.shape
     N = b3.shape[2]
     reads_ab, reads_c = k09.blas_reads(alpha, beta)
-    cfg = config or default_config()
+    sms = persistent_programs(out.device) if sms is None else sms
+    cfg = config or default_config(M, N, B, sms)
     da = as_descriptor(a3, cfg.BLOCK_SIZE_M, cfg.BLOCK_SIZE_K, B) if reads_ab else None
     db = as_descriptor(b3, cfg.BLOCK_SIZE_K, cfg.BLOCK_SIZE_N, B) if reads_ab else None
     if da is None or db is None:
@@ -235,7 +249,6 @@ def fused_gemm_tma(a3, b3, c3, out, alpha=1.0, beta=0.0, bias=None, activation=N
         # kernel, one pass, same epilogue
         return k09.fused_gemm(a3, b3, c3, out, alpha, beta, bias, activation, split_k=1)
     (a_desc, a_3d, a_trans), (b_desc, b_3d, b_trans) = da, db
-    sms = persistent_programs(out.device) if sms is None else sms
     c_args = (c3, *c3.stride()) if reads_c else (out, 0, 0, 0)   # never loaded if unread
     bias_args = (bias, bias.stride(0)) if bias is not None else (out, 0)
     tiles = B * cdiv(M, cfg.BLOCK_SIZE_M) * cdiv(N, cfg.BLOCK_SIZE_N)
