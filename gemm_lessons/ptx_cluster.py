@@ -21,8 +21,16 @@ The instructions (one PTX instruction each, compute capability 9.0):
   exits (another block may still be writing into its shared memory);
 * :func:`mbarrier_arrive_cluster` - an arrival on the mbarrier at the same place in block
   ``cta``'s shared memory (``mapa.shared::cluster`` turns the local address into the other
-  block's, then ``mbarrier.arrive.release.cluster.shared::cluster``): a consumer releases a
-  stage in the block that multicasts into it;
+  block's, then ``mbarrier.arrive.release.cta.shared::cluster``): a consumer releases a
+  stage in the block that multicasts into it. Its release is at CTA scope, PTX's default
+  and what CUTLASS's ``ClusterBarrier::arrive(cta_id)`` and Triton emit: a consumer that
+  frees a stage publishes no data (its reads of the stage are complete once
+  ``wgmma_wait_group`` returns), so it needs no fence;
+* :func:`mbarrier_arrive_cluster_release` - the same arrival with a release at *cluster*
+  scope (``mbarrier.arrive.release.cluster``): the thread's earlier memory operations are
+  made visible to every block of the cluster first, which ptxas compiles to a
+  ``MEMBAR.ALL.GPU`` before the arrival. Correct, and slow where every consumer thread
+  arrives on every k-tile (lesson 06, step 10);
 * :func:`tma_load_2d_multicast` - ``tma_load_2d`` into every block of ``mask`` (bit i: the
   block of rank i), each block's bytes completed on its own barrier
   (``cp.async.bulk.tensor...multicast::cluster``).
@@ -55,7 +63,8 @@ from ._ptx_plumbing import PTXUsageError, set_doc
 
 __all__ = ["SIMULATED", "MIN_CC", "INSTRUCTIONS", "MAX_PORTABLE_CLUSTER",
            "ClusterNotSimulated", "cluster_ctarank", "barrier_cluster_arrive",
-           "barrier_cluster_wait", "mbarrier_arrive_cluster", "tma_load_2d_multicast",
+           "barrier_cluster_wait", "mbarrier_arrive_cluster", "mbarrier_arrive_cluster_release",
+           "tma_load_2d_multicast",
            "launch_cluster"]
 
 SIMULATED = pl.SIMULATED
@@ -69,8 +78,12 @@ INSTRUCTIONS = {
                                "UCGABAR_ARV"),
     "barrier_cluster_wait": ("barrier.cluster.wait.acquire.aligned", (9, 0), "UCGABAR_WAIT"),
     "mbarrier_arrive_cluster": ("mapa.shared::cluster.u32 r, [bar], cta; "
-                                "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r]",
+                                "mbarrier.arrive.release.cta.shared::cluster.b64 _, [r]",
                                 (9, 0), "SYNCS.ARRIVE.TRANS64.RED.A1T0"),
+    "mbarrier_arrive_cluster_release": (
+        "mapa.shared::cluster.u32 r, [bar], cta; "
+        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [r]", (9, 0),
+        "MEMBAR.ALL.GPU; SYNCS.ARRIVE.TRANS64.RED.A1T0"),
     "tma_load_2d_multicast": ("cp.async.bulk.tensor.2d.shared::cluster.global.tile"
                               ".mbarrier::complete_tx::bytes.multicast::cluster "
                               "[dst], [map, {col, row}], [bar], mask", (9, 0),
@@ -114,22 +127,30 @@ if not SIMULATED:
             raise PTXUsageError(f"{fn}: barriers live in a shared int64 (or uint64) array, "
                                 f"got {bars.dtype}")
 
-    @intrinsic
-    def mbarrier_arrive_cluster(typingctx, bars, idx, cta):
-        fn = "mbarrier_arrive_cluster"
-        _check_bar(fn, bars, idx)
-        if not pl.is_int(cta):
-            raise PTXUsageError(f"{fn}: cta must be an integer (a rank in the cluster), "
-                                f"got {cta}")
+    def _remote_arrive(fn, scope):
+        """An intrinsic ``fn(bars, idx, cta)``: an arrival, released at ``scope``, on the
+        mbarrier ``bars[idx]`` of the cluster's block ``cta``."""
+        def typer(typingctx, bars, idx, cta):
+            _check_bar(fn, bars, idx)
+            if not pl.is_int(cta):
+                raise PTXUsageError(f"{fn}: cta must be an integer (a rank in the cluster), "
+                                    f"got {cta}")
 
-        def codegen(context, builder, sig, args):
-            bty, ity, cty = sig.args
-            addr = pl.smem_u32(builder, pl.elem_ptr(context, builder, bty, args[0], ity,
-                                                    args[1]))
-            pl.asm_call(builder, "{ .reg .b32 ra; mapa.shared::cluster.u32 ra, $0, $1; "
-                        "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra]; }",
-                        "r,r,~{memory}", [addr, pl.as_i32(builder, args[2], cty)], [I32, I32])
-        return types.void(bars, idx, cta), codegen
+            def codegen(context, builder, sig, args):
+                bty, ity, cty = sig.args
+                addr = pl.smem_u32(builder, pl.elem_ptr(context, builder, bty, args[0], ity,
+                                                        args[1]))
+                pl.asm_call(builder, "{ .reg .b32 ra; mapa.shared::cluster.u32 ra, $0, $1; "
+                            f"mbarrier.arrive.release.{scope}.shared::cluster.b64 _, [ra]; }}",
+                            "r,r,~{memory}", [addr, pl.as_i32(builder, args[2], cty)],
+                            [I32, I32])
+            return types.void(bars, idx, cta), codegen
+        typer.__name__ = fn
+        return intrinsic(typer)
+
+    mbarrier_arrive_cluster = _remote_arrive("mbarrier_arrive_cluster", "cta")
+    mbarrier_arrive_cluster_release = _remote_arrive("mbarrier_arrive_cluster_release",
+                                                     "cluster")
 
     @intrinsic
     def tma_load_2d_multicast(typingctx, dst, di, tmap, col, row, bars, bi, mask):
@@ -307,6 +328,12 @@ else:
                                  f"an arrival on block {cta}'s barrier")
         mb.mbarrier_arrive(bars, idx)
 
+    def mbarrier_arrive_cluster_release(bars, idx, cta):
+        if cta != 0:
+            raise _not_simulated("mbarrier_arrive_cluster_release",
+                                 f"an arrival on block {cta}'s barrier")
+        mb.mbarrier_arrive(bars, idx)       # the simulator's memory is always visible
+
     def tma_load_2d_multicast(dst, di, tmap, col, row, bars, bi, mask):
         if mask != 1:
             raise _not_simulated("tma_load_2d_multicast",
@@ -324,7 +351,8 @@ else:
 
 
 for _name in ("cluster_ctarank", "barrier_cluster_arrive", "barrier_cluster_wait",
-              "mbarrier_arrive_cluster", "tma_load_2d_multicast"):
+              "mbarrier_arrive_cluster", "mbarrier_arrive_cluster_release",
+              "tma_load_2d_multicast"):
     _instr, _cc, _sass = INSTRUCTIONS[_name]
     set_doc(globals()[_name], f"PTX ``{_instr}`` (compute capability {_cc[0]}.{_cc[1]}); "
                               f"see the module's docstring for its emulation.")

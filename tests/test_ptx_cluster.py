@@ -173,7 +173,7 @@ def test_the_ptx_has_each_cluster_instruction_and_ptxas_takes_it():
     text = json.loads(proc.stdout.strip().splitlines()[-1])
     for instr in ("%cluster_ctarank", "barrier.cluster.arrive.release.aligned",
                   "barrier.cluster.wait.acquire.aligned", "mapa.shared::cluster.u32",
-                  "mbarrier.arrive.release.cluster.shared::cluster.b64",
+                  "mbarrier.arrive.release.cta.shared::cluster.b64",
                   ".mbarrier::complete_tx::bytes.multicast::cluster"):
         assert instr in text, instr
     assert text.count("barrier.cluster.arrive") == 2

@@ -7,7 +7,8 @@ grid walking its tiles row by row and in groups of GROUP_M tile rows, against cu
 What it does, in one process, printing its progress:
 
 1. for each size (4096, then 8192; fp16, M = N = K), each kernel (``k06_tma_store`` and
-   ``k06_pingpong``; ``--kernels`` may add ``k06_cluster``) and each ``GROUP_M``
+   ``k06_pingpong``; ``--kernels`` may add ``k06_cluster`` and ``k06_cluster_fenced``,
+   step 10 with its releases at cluster scope) and each ``GROUP_M``
    (``--groups``, default 1 8 16; 1 is the row-major order), builds the kernel with that
    order (``config=dict(GROUP_M=g)``, the kernel's GPU configuration otherwise) and checks
    its product, into an output filled with NaN, against float64 (``harness.compare``); a
@@ -44,8 +45,11 @@ from gemm_lessons.__main__ import _versions  # noqa: E402
 from gemm_lessons.kernels import k06_cluster, k06_pingpong, k06_tma_store  # noqa: E402
 
 T0 = time.time()
-KERNELS = {"k06_tma_store": k06_tma_store, "k06_pingpong": k06_pingpong,
-           "k06_cluster": k06_cluster}
+#: row name -> (the kernel's module, the configuration it always takes);
+#: k06_cluster_fenced is step 10 with its releases at cluster scope (RELEASE='cluster')
+KERNELS = {"k06_tma_store": (k06_tma_store, {}), "k06_pingpong": (k06_pingpong, {}),
+           "k06_cluster": (k06_cluster, {}),
+           "k06_cluster_fenced": (k06_cluster, {"RELEASE": "cluster"})}
 DEFAULT_KERNELS = ["k06_tma_store", "k06_pingpong"]
 DTYPE = torch.float16
 
@@ -80,7 +84,7 @@ def timer(dry):
 
 def variants(groups, blocks, kernels=DEFAULT_KERNELS):
     """{row name: (module, config overrides, blocks)} for every kernel and order."""
-    return {f"{name}:g{g}": (KERNELS[name], dict(GROUP_M=g), blocks)
+    return {f"{name}:g{g}": (KERNELS[name][0], dict(KERNELS[name][1], GROUP_M=g), blocks)
             for name in kernels for g in groups}
 
 
@@ -142,7 +146,8 @@ def main(argv=None):
                    help="GROUP_M values to time (1: row-major)")
     p.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
     p.add_argument("--kernels", nargs="+", default=DEFAULT_KERNELS, choices=sorted(KERNELS),
-                   help="the kernels to time (k06_cluster: step 10, clusters of two)")
+                   help="the kernels to time (k06_cluster: step 10, clusters of two; "
+                        "k06_cluster_fenced: step 10 with cluster-scope releases)")
     p.add_argument("--dry-run", action="store_true",
                    help="on the CPU: the simulator on one small product, wall-clock times")
     args = p.parse_args(argv)

@@ -14,7 +14,9 @@ its block of rank ``r`` computes columns ``r * BN`` onwards of each. Against ste
 * a stage may be refilled only once it is read in *every* block (rank 0 writes into all of
   them): each consumer thread releases the stage on the ``empty`` barrier of every block of
   the cluster (``mbarrier_arrive_cluster``), so ``empty`` counts the consumers of the whole
-  cluster, and every producer waits for all of them;
+  cluster, and every producer waits for all of them. The release is at CTA scope: it
+  publishes no data, so it needs no fence; ``RELEASE='cluster'`` builds the same kernel
+  with cluster-scope releases, each compiled with a ``MEMBAR.ALL.GPU`` before it;
 * the blocks meet at the cluster barrier (``barrier_cluster_arrive`` / ``_wait``) where
   step 8 had its ``syncthreads``, after the barriers are initialized and before another
   block may signal them, and again before they exit, so that no block leaves while another
@@ -36,7 +38,7 @@ from numba.types import float16
 
 from ..ptx_cluster import (MAX_PORTABLE_CLUSTER, barrier_cluster_arrive,
                            barrier_cluster_wait, cluster_ctarank, mbarrier_arrive_cluster,
-                           tma_load_2d_multicast)
+                           mbarrier_arrive_cluster_release, tma_load_2d_multicast)
 from ..ptx_hopper import (SWIZZLE_SMEM_ALIGN, setmaxnreg_dec, setmaxnreg_inc,
                           wgmma_commit_group, wgmma_fence, wgmma_mma, wgmma_store_d_swizzled,
                           wgmma_wait_group)
@@ -57,14 +59,21 @@ __all__ = ["ClusterConfig", "GPU_CONFIG", "SIM_CONFIG", "BUGS", "make_kernel", "
 
 @dataclass(frozen=True)
 class ClusterConfig(TmaStoreConfig):
-    """:class:`~gemm_lessons.kernels.k06_tma_store.TmaStoreConfig` and CLUSTER, the blocks
-    of a cluster along N (1 to 8: a GPU runs clusters of up to 8 blocks everywhere)."""
+    """:class:`~gemm_lessons.kernels.k06_tma_store.TmaStoreConfig`, CLUSTER, the blocks
+    of a cluster along N (1 to 8: a GPU runs clusters of up to 8 blocks everywhere), and
+    RELEASE, the scope at which a consumer's arrival on another block's ``empty`` barrier
+    releases: ``'cta'`` (``mbarrier_arrive_cluster``, no fence) or ``'cluster'``
+    (``mbarrier_arrive_cluster_release``, a ``MEMBAR.ALL.GPU`` before every arrival)."""
     CLUSTER: int = 2
+    RELEASE: str = "cta"
 
     def rules(self):
         return super().rules() + [
             (1 <= self.CLUSTER <= MAX_PORTABLE_CLUSTER,
-             f"CLUSTER from 1 to {MAX_PORTABLE_CLUSTER} (a cluster every Hopper GPU runs)")]
+             f"CLUSTER from 1 to {MAX_PORTABLE_CLUSTER} (a cluster every Hopper GPU runs)"),
+            (self.RELEASE in ("cta", "cluster"),
+             f"RELEASE 'cta' or 'cluster' (the scope of a remote release), got "
+             f"{self.RELEASE!r}")]
 
 
 GPU_CONFIG = ClusterConfig(BM=128, BN=256, STAGES=3, CLUSTER=2)
@@ -99,6 +108,7 @@ def make_kernel(cfg, bf16=False, bug=None):
     RELEASE = bug != "no_release"
     STORE_WAIT = bug != "no_store_wait"
     CLUSTER_ARRIVE = bug != "no_cluster_arrive"
+    FENCED = cfg.RELEASE == "cluster"               # a release at cluster scope
     OUT_BOXES = BN // OUT_BOX                       # 64 x 64 output boxes per consumer
     SO = STAGES * STAGE                             # the scratch starts after the ring
     SMEM_BYTES = smem_bytes(cfg)
@@ -175,12 +185,18 @@ def make_kernel(cfg, bf16=False, bug=None):
                     wgmma_wait_group(1, acc, NACC)  # k-tile it - 1's wgmma are done ...
                     if RELEASE and kt > 0:          # ... so its stage is free, in each block
                         for r in range(CLUSTER):
-                            mbarrier_arrive_cluster(empty, (it - 1) % STAGES, r)
+                            if FENCED:
+                                mbarrier_arrive_cluster_release(empty, (it - 1) % STAGES, r)
+                            else:
+                                mbarrier_arrive_cluster(empty, (it - 1) % STAGES, r)
                     it += 1
                 wgmma_wait_group(0, acc, NACC)
                 if RELEASE and k_tiles > 0:         # the tile's last stage too
                     for r in range(CLUSTER):
-                        mbarrier_arrive_cluster(empty, (it - 1) % STAGES, r)
+                        if FENCED:
+                            mbarrier_arrive_cluster_release(empty, (it - 1) % STAGES, r)
+                        else:
+                            mbarrier_arrive_cluster(empty, (it - 1) % STAGES, r)
 
                 # -- epilogue: the tile, scaled and rounded, into this consumer's scratch
                 #    after the ring; one thread hands it to TMA, and all go on to the next
@@ -224,7 +240,7 @@ def run(a, b, c, out, alpha=1.0, beta=0.0, config=None, bug=None, blocks=None):
     launcher rules apply: ``k06_wide_stores`` where ``beta != 0`` or TMA cannot address
     ``out``, ``k06_wgmma`` where it cannot address ``a`` or ``b``."""
     cfg = engine_config(GPU_CONFIG, SIM_CONFIG, config)
-    wide = {k: v for k, v in asdict(cfg).items() if k != "CLUSTER"}
+    wide = {k: v for k, v in asdict(cfg).items() if k not in ("CLUSTER", "RELEASE")}
     launch(KERNELS[0], make_kernel, (GPU_CONFIG, SIM_CONFIG), a, b, c, out, alpha, beta,
            cfg, bug, blocks, wide, cfg.CLUSTER)
 

@@ -32,12 +32,15 @@ __all__ = ["TileConfig", "PipelineConfig", "engine_config", "grouped_block", "ro
 
 class TileConfig:
     """The checks shared by the tensor-core kernels' configurations (frozen dataclasses of
-    tile sizes): every field a positive integer, and every ``(holds, what the tiles need)``
-    pair of :meth:`rules` true; a ValueError names the first that is not."""
+    tile sizes): every field a positive integer (a field typed ``str`` is a choice that
+    :meth:`rules` checks), and every ``(holds, what the tiles need)`` pair of :meth:`rules`
+    true; a ValueError names the first that is not."""
 
     def __post_init__(self):
         for f in fields(self):
             v = getattr(self, f.name)
+            if f.type in (str, "str"):
+                continue
             if not isinstance(v, (int, np.integer)) or isinstance(v, bool) or v < 1:
                 raise ValueError(f"{f.name} must be a positive integer, got {v!r}")
         for ok, rule in self.rules():
