@@ -108,7 +108,9 @@ def make_kernel(cfg, bf16=False, bug=None):
     RELEASE = bug != "no_release"
     STORE_WAIT = bug != "no_store_wait"
     CLUSTER_ARRIVE = bug != "no_cluster_arrive"
-    FENCED = cfg.RELEASE == "cluster"               # a release at cluster scope
+    # a stage's release in another block: at CTA scope (no fence), or at cluster scope
+    release_in = (mbarrier_arrive_cluster_release if cfg.RELEASE == "cluster"
+                  else mbarrier_arrive_cluster)
     OUT_BOXES = BN // OUT_BOX                       # 64 x 64 output boxes per consumer
     SO = STAGES * STAGE                             # the scratch starts after the ring
     SMEM_BYTES = smem_bytes(cfg)
@@ -185,18 +187,12 @@ def make_kernel(cfg, bf16=False, bug=None):
                     wgmma_wait_group(1, acc, NACC)  # k-tile it - 1's wgmma are done ...
                     if RELEASE and kt > 0:          # ... so its stage is free, in each block
                         for r in range(CLUSTER):
-                            if FENCED:
-                                mbarrier_arrive_cluster_release(empty, (it - 1) % STAGES, r)
-                            else:
-                                mbarrier_arrive_cluster(empty, (it - 1) % STAGES, r)
+                            release_in(empty, (it - 1) % STAGES, r)
                     it += 1
                 wgmma_wait_group(0, acc, NACC)
                 if RELEASE and k_tiles > 0:         # the tile's last stage too
                     for r in range(CLUSTER):
-                        if FENCED:
-                            mbarrier_arrive_cluster_release(empty, (it - 1) % STAGES, r)
-                        else:
-                            mbarrier_arrive_cluster(empty, (it - 1) % STAGES, r)
+                        release_in(empty, (it - 1) % STAGES, r)
 
                 # -- epilogue: the tile, scaled and rounded, into this consumer's scratch
                 #    after the ring; one thread hands it to TMA, and all go on to the next
