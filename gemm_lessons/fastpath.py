@@ -98,7 +98,8 @@ def _derived_at(addr):
 class recording:
     """Within ``with recording() as rec:``, every kernel launch is also appended to
     ``rec.launches``: ``("triton", launcher, head, args)`` (head: grid, stream, function,
-    metadata, hooks) or ``("numba", launch, stream, config, kernel, kernelargs)``.
+    metadata, hooks) or ``("numba", launch, stream, config, kernel, kernelargs)`` (numba's
+    driver launch, or :func:`gemm_lessons.ptx_cluster.core_launch` of a cluster launch).
     ``rec.ok`` is False where a launch was not made as expected (then nothing is
     replayed)."""
 
@@ -135,6 +136,15 @@ class recording:
             self._undo.append(lambda: setattr(dispatcher, "launch", real_launch))
         except (ImportError, AttributeError):
             pass          # the simulator: no driver launch to record
+        from . import ptx_cluster
+        real_core = getattr(ptx_cluster, "core_launch", None)
+        if real_core is not None:   # a cluster launch: numba's arguments, cuda.core's call
+
+            def core_launch(stream, config, kernel, *kernelargs):
+                launches.append(("numba", real_core, stream, config, kernel, kernelargs))
+                return real_core(stream, config, kernel, *kernelargs)
+            ptx_cluster.core_launch = core_launch
+            self._undo.append(lambda: setattr(ptx_cluster, "core_launch", real_core))
         return self
 
     def __exit__(self, *exc):

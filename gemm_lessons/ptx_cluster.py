@@ -191,7 +191,7 @@ if not SIMULATED:
         ``args``: what ``kernel[grid, block, stream, smem](*args)`` does, plus the cluster
         shape. ``grid`` counts blocks and must be a multiple of ``cluster`` in each
         dimension."""
-        from cuda.core import LaunchConfig, launch
+        from cuda.core import LaunchConfig
 
         def dims(x):
             x = (x,) if isinstance(x, int) else tuple(x)
@@ -204,16 +204,24 @@ if not SIMULATED:
             raise ValueError(f"launch_cluster: at most {MAX_PORTABLE_CLUSTER} blocks per "
                              f"cluster, got {c}")
         from numba.cuda.cudadrv import driver
-        stream = driver._to_core_stream(stream)     # as numba's own launch does
         compiled = _compiled_for(kernel, args)
         kargs, retr = [], []
         for ty, val in zip(compiled.argument_types, args):
-            compiled._prepare_args(ty, val, stream, retr, kargs)
+            compiled._prepare_args(ty, val, driver._to_core_stream(stream), retr, kargs)
         config = LaunchConfig(grid=tuple(gi // ci for gi, ci in zip(g, c)), cluster=c,
                               block=dims(block), shmem_size=smem)
-        launch(stream, config, compiled._codelibrary.get_cufunc().kernel, *kargs)
+        core_launch(stream, config, compiled._codelibrary.get_cufunc().kernel, *kargs)
         for wb in retr:
             wb()
+
+    def core_launch(stream, config, kernel, *kernelargs):
+        """``cuda.core.launch`` of ``kernel`` with its final arguments on the numba stream
+        ``stream``: the call numba's own launch makes, with the cluster in ``config``. A
+        module attribute, looked up at each launch, so that :mod:`gemm_lessons.fastpath`
+        can record it as it records numba's launches and replay it with new addresses."""
+        from cuda.core import launch
+        from numba.cuda.cudadrv import driver
+        launch(driver._to_core_stream(stream), config, kernel, *kernelargs)
 
     def _compiled_for(kernel, args):
         """numba's compiled kernel of ``kernel`` for the types of ``args`` (compiled now if

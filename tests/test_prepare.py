@@ -269,6 +269,31 @@ def test_a_numba_launch_replays_with_the_new_addresses(monkeypatch):
                           (a, b, out)) is None                  # an address of no role
 
 
+def test_a_cluster_launch_is_recorded_and_replayed_through_core_launch(monkeypatch):
+    # lesson 06's cluster kernel launches through ptx_cluster.core_launch (cuda.core, not
+    # numba's launch): the recording sees it like a numba launch, puts the hook back on
+    # exit, and its plan replays through the real core_launch with the new addresses
+    from gemm_lessons import engines, ptx_cluster
+    seen = []
+
+    def real_core(stream, config, kernel, *args):
+        seen.append((stream, config, kernel, args))
+    monkeypatch.setattr(ptx_cluster, "core_launch", real_core, raising=False)
+    monkeypatch.setattr(engines, "numba_stream", lambda: "stream")
+    monkeypatch.setattr(fastpath, "cuda_stream", lambda device=None: 7)
+    a, b = operands(torch.float32)
+    out = torch.empty(a.shape[0], b.shape[1], device=DEV)
+    with fastpath.recording() as rec:
+        ptx_cluster.core_launch("s", "cluster cfg", "kern", a.data_ptr(), b.data_ptr(), 5)
+    assert ptx_cluster.core_launch is real_core
+    assert rec.ok and rec.launches == [("numba", real_core, "s", "cluster cfg", "kern",
+                                        (a.data_ptr(), b.data_ptr(), 5))]
+    plan = fastpath.build(rec.launches, (a, b, out))
+    a2, b2 = operands(torch.float32, seed=4)
+    plan(a2, b2, out)
+    assert seen[-1] == ("stream", "cluster cfg", "kern", (a2.data_ptr(), b2.data_ptr(), 5))
+
+
 def test_the_tools_parse_sizes_and_launch_cost_needs_a_gpu(tool):
     from gemm_lessons.shapes import shape_arg
     tool = tool("launch_cost")
