@@ -32,14 +32,38 @@ def _cc_tuple(cc):
     return tuple(cc)
 
 
+def _variant(name):
+    """``(registered name, configuration changes)`` of ``name`` or ``name@FIELD=VALUE``
+    (``k06_cluster@RELEASE=cluster``: the kernel built with that change to its GPU
+    configuration; an integer VALUE is read as one)."""
+    base, _, change = name.partition("@")
+    if not change:
+        return base, None
+    field, eq, value = change.partition("=")
+    if not (eq and field and value):
+        raise ValueError(f"{name!r}: a variant is NAME@FIELD=VALUE, e.g. "
+                         "k06_cluster@RELEASE=cluster")
+    return base, {field: int(value) if value.lstrip("-").isdigit() else value}
+
+
 def compile_here(name, cc):
-    """PTX of registered kernel ``name`` compiled in this process (a GPU or the compile engine)."""
+    """PTX of registered kernel ``name`` compiled in this process (a GPU or the compile
+    engine); ``name@FIELD=VALUE`` compiles it with that change to its configuration, where
+    its ``ptx`` hook takes one."""
     from numba import cuda
-    entry = registry.get(name)
+    base, change = _variant(name)
+    entry = registry.get(base)
     if entry.ptx is None:
-        raise ValueError(f"{name} is a {entry.language} kernel: it has no numba PTX "
+        raise ValueError(f"{base} is a {entry.language} kernel: it has no numba PTX "
                          "(Triton kernels show theirs through kernel.asm on a GPU)")
-    fn, sig, *options = entry.ptx(cc)   # options: compile_ptx keywords, e.g. launch_bounds
+    if change is None:
+        fn, sig, *options = entry.ptx(cc)   # options: compile_ptx keywords, e.g. launch_bounds
+    else:
+        try:
+            fn, sig, *options = entry.ptx(cc, config=change)
+        except TypeError as e:
+            raise ValueError(f"{base}'s PTX hook takes no configuration change "
+                             f"({name})") from e
     if len(cc) == 2 and cc >= (9, 0):
         cc = cc + ("a",)    # as numba compiles for a 9.x GPU: sm_90a (wgmma and friends)
     text, _ = cuda.compile_ptx(fn, sig, cc=cc, **(options[0] if options else {}))
@@ -47,7 +71,9 @@ def compile_here(name, cc):
 
 
 def ptx(name, cc=(8, 0)) -> str:
-    """The PTX of the registered numba kernel ``name`` for compute capability ``cc``."""
+    """The PTX of the registered numba kernel ``name`` for compute capability ``cc``
+    (``name@FIELD=VALUE``: with that change to its GPU configuration, for the kernels whose
+    PTX hook takes one, e.g. ``k06_cluster@RELEASE=cluster``)."""
     return ptx_many([name], cc)[name]
 
 
@@ -87,7 +113,7 @@ def ptx_many(names, cc=(8, 0)) -> dict:
     kernel compiles once until the package changes."""
     cc, names = _cc_tuple(cc), list(names)
     for name in names:
-        registry.get(name)  # unknown names fail here, with the list of known ones
+        registry.get(_variant(name)[0])  # unknown names fail here, with the known ones
     folder = _cache_dir()
     path = {name: folder / f"{name}-sm{cc[0]}{cc[1]}-{_source_digest()}.ptx" for name in names}
     out = {name: path[name].read_text() for name in names if path[name].is_file()}

@@ -14,11 +14,7 @@ missing arrive at the cluster barrier (a deadlock on the cluster barrier, every 
 waiting, none arrived), while the kernel built without a bug is right on the same product.
 """
 import gemm_lessons as gl  # noqa: I001  (first: it picks the engine)
-import json
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -96,30 +92,12 @@ def test_the_barrier_audit_names_each_broken_variant(bug, error, says):
     assert says in str(caught.value)
 
 
-_COMPILE_FENCED = """
-import json
-import gemm_lessons
-from numba import cuda
-from gemm_lessons.kernels import k06_cluster as kc
-k = kc.make_kernel(kc.GPU_CONFIG.replace(RELEASE="cluster"))
-sig = "void(int64[::1], int64[::1], int64[::1], int64, int64, int64, float32)"
-print(json.dumps(cuda.compile_ptx(k.py_func, sig, cc=(9, 0, "a"),
-                                  launch_bounds=k.launch_bounds)[0]))
-"""
-
-
 def test_releases_at_cta_scope_compile_without_a_fence_and_cluster_scope_with_one():
     # step 10 frees a stage in every block of the cluster with mbarrier.arrive.release.cta
     # (no data to publish: the wgmma reads are complete); RELEASE='cluster' builds the same
     # kernel with mbarrier.arrive.release.cluster, which ptxas precedes with MEMBAR.ALL.GPU
-    cta = compiled.ptx_many([NAME], (9, 0))[NAME]
-    env = {k: v for k, v in os.environ.items()
-           if k not in ("NUMBA_ENABLE_CUDASIM", "TRITON_INTERPRET")}
-    env["GEMM_LESSONS_ENGINE"] = "compile"
-    proc = subprocess.run([sys.executable, "-c", _COMPILE_FENCED], env=env,
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    fenced = json.loads(proc.stdout.strip().splitlines()[-1])
+    texts = compiled.ptx_many([NAME, f"{NAME}@RELEASE=cluster"], (9, 0))
+    cta, fenced = texts[NAME], texts[f"{NAME}@RELEASE=cluster"]
     for text, scope in ((cta, "cta"), (fenced, "cluster")):
         arrives = re.findall(r"mbarrier\.arrive\.release\.(\w+)\.shared::cluster", text)
         assert arrives and set(arrives) == {scope}, (scope, set(arrives))
@@ -138,6 +116,10 @@ def test_releases_at_cta_scope_compile_without_a_fence_and_cluster_scope_with_on
 def test_a_release_scope_outside_the_two_is_refused():
     with pytest.raises(ValueError, match="RELEASE 'cta' or 'cluster'"):
         kc.GPU_CONFIG.replace(RELEASE="gpu")
+    with pytest.raises(ValueError, match="a variant is NAME@FIELD=VALUE"):
+        compiled.ptx(f"{NAME}@RELEASE", (9, 0))
+    with pytest.raises(ValueError, match="takes no configuration change"):
+        compiled.compile_here("k06_tma_store@STAGES=2", (9, 0))
 
 
 def test_a_bug_outside_the_list_is_refused():

@@ -251,8 +251,8 @@ def blas_gemm(a3, b3, c3, out, alpha, beta, bias, activation):
     run(a3[0], b3[0], None if c3 is None else c3[0], out[0], alpha, beta)
 
 
-def _ptx(cc, bf16=False):
-    k = make_kernel(GPU_CONFIG, bf16=bf16)
+def _ptx(cc, bf16=False, config=None):
+    k = make_kernel(GPU_CONFIG.replace(**(config or {})), bf16=bf16)
     return (k.py_func, "void(int64[::1], int64[::1], int64[::1], int64, int64, int64, float32)",
             {"launch_bounds": k.launch_bounds})
 
