@@ -6,7 +6,7 @@ from collections import defaultdict
 import torch
 
 from .. import harness
-from .guards import ExerciseError, HINTS, run_answer
+from .guards import ExerciseError, HINTS, hidden, run_answer
 from .refusal import no_package_calls, refuse_package_kernel
 from .products import (LaunchRecorder, bind_numba, ceil_div, check_product, launch_dims,
                        launching, sim_launch, small_suite)
@@ -133,7 +133,10 @@ def ex01_grid(launcher):
             why = ("integer division rounds down: a partial block at the edge needs a block "
                    "too")
         elif grid[0] >= cols and grid[1] >= rows and grid[2] == 1:
-            return                          # more blocks than needed: the kernel's mask copes
+            why = (f"{grid[0] - cols} block(s) along x and {grid[1] - rows} along y have "
+                   f"nothing to compute: {cols} blocks of 32 columns and {rows} of 16 rows "
+                   "cover C; a block is added only for a partial tile at the edge (is the "
+                   "extent a multiple of the tile?)")
         else:
             why = (f"{cols} blocks along x (32 columns each) and {rows} along y (16 rows each) "
                    "cover C")
@@ -155,25 +158,76 @@ def _fewest01(size, extent):
     return next(k for k in range(1, max(extent, 1) + 1) if k * size >= extent)
 
 
-def _sectors_truth(x, row, col0, *, stride=True, elem=True, base=True, guard=True, sector=32):
-    """Sectors of the request ``x[row, col0 + lane]`` (lane 0..31): the truth, and with a
-    flag off, the answer a typical mistake gives."""
+_read01 = {}
+
+
+def _lane_addresses(x, row, col0, cols=None):
+    """The byte addresses the simulator records when lane l of a warp reads
+    ``x[row, col0 + l]``, for the lanes whose column is below ``cols`` (x's columns unless
+    given): measured by counters.trace on a launch, not computed here."""
+    from .. import counters, engines
+    if "k" not in _read01:
+        bind_numba(globals())
+
+        @cuda.jit
+        def read_row(X, r, c0, ncols, out):
+            lane = cuda.threadIdx.x
+            if c0 + lane < ncols:
+                out[lane] = X[r, c0 + lane]
+        _read01["k"] = read_row
+    out = torch.zeros(32, dtype=x.dtype)
+    with counters.trace(X=x) as t:
+        _read01["k"][1, 32](engines.as_numba(x), row, col0,
+                            x.shape[1] if cols is None else cols, engines.as_numba(out))
+    return [a.addr for a in sorted((a for a in t.accesses if a.space == "global"
+                                    and a.op == "load"), key=lambda a: a.lane)]
+
+
+def _sectors(addrs, nbytes, sector=32):
+    """Distinct ``sector``-byte sectors among requests of ``nbytes`` at ``addrs``: counted
+    both ways a learner may (first byte only, or first and last)."""
+    first = len({p // sector for p in addrs})
+    both = len({q // sector for p in addrs for q in (p, p + nbytes - 1)})
+    return {first, both}
+
+
+def _sectors_truth(x, row, col0):
+    """Sectors of the request ``x[row, col0 + lane]`` (lane 0..31), from the addresses the
+    simulator records."""
     from ..counters import Access, sectors_per_request
     e = x.element_size()
-    s0, s1 = (x.stride(0), x.stride(1)) if stride else (x.shape[1], 1)
-    start = x.data_ptr() if base else 0
-    accesses = []
-    for lane in range(32):
-        col = col0 + lane
-        if guard and col >= x.shape[1]:
-            continue
-        off = row * s0 + col * s1
-        addr = start + off * (e if elem else 4)
-        accesses.append(Access("global", "x", "load", (0, 0, 0), 0, lane, 0, addr,
-                               e if elem else 4))
-    if sector == 32:
-        return sectors_per_request(accesses)
-    return len({b // sector for a in accesses for b in (a.addr, a.addr + a.nbytes - 1)})
+    return sectors_per_request([Access("global", "x", "load", (0, 0, 0), 0, 0, 0, p, e)
+                                for p in _lane_addresses(x, row, col0)])
+
+
+def _sectors_mistaken(x, row, col0, mistake):
+    """The sectors a typical mistake gives (a set: counted from first bytes, or first and
+    last), derived from the measured addresses: another view's, the offsets scaled, the
+    lanes past the edge kept."""
+    e, p0 = x.element_size(), x.data_ptr()
+    if mistake == "row-major":                       # the strides ignored
+        y = x.contiguous()
+        addrs = [p - y.data_ptr() + p0 for p in _lane_addresses(y, row, col0)]
+    elif mistake == "swapped":                       # a row step for a column step
+        if x.shape[0] < min(col0 + 32, x.shape[1]) or x.shape[1] <= row:
+            return set()
+        addrs = _lane_addresses(x.t(), row, col0, cols=x.shape[1])
+    elif mistake == "no base":
+        addrs = [p - p0 for p in _lane_addresses(x, row, col0)]
+    elif mistake in ("elements", "four bytes"):
+        scale = 1 if mistake == "elements" else 4
+        addrs = [p0 + (p - p0) // e * scale for p in _lane_addresses(x, row, col0)]
+        return _sectors(addrs, scale) | _sectors(addrs, e)
+    elif mistake in ("no guard", "one past"):
+        addrs = _lane_addresses(x, row, col0)
+        if len(addrs) < 2 or len(addrs) == 32:
+            return set()
+        step = addrs[1] - addrs[0]
+        extra = 32 - len(addrs) if mistake == "no guard" else 1
+        addrs = addrs + [addrs[-1] + step * (i + 1) for i in range(extra)]
+    elif mistake == "lines":
+        return _sectors(_lane_addresses(x, row, col0), e, sector=128)
+    return _sectors(addrs, e)
 
 
 def _sector_cases():
@@ -197,26 +251,35 @@ def ex01_sectors(warp_sectors):
     """Lesson 01, exercise 3: the 32-byte sectors a warp's request ``x[row, col0 + lane]``
     touches, from the view's strides, element size and address."""
     mistakes = [
-        (dict(stride=False), "the strides: a transposed or sliced view is not row-major; "
-         "how many elements apart its rows and its columns are is x.stride()"),
-        (dict(elem=False), "the element size: offsets count elements, addresses count bytes "
-         "(x.element_size() bytes per element)"),
-        (dict(base=False), "where the view starts: a slice begins x.storage_offset() elements "
-         "into its storage; x.data_ptr() is its first element's byte address, and sectors "
-         "are counted from address 0"),
-        (dict(guard=False), "lanes past the last column: they fail the kernel's bounds check "
-         "and read nothing"),
-        (dict(sector=128), "the sector size: a request is served in 32-byte sectors, not "
-         "128-byte lines"),
+        ("row-major", "the strides: a transposed or sliced view is not row-major; how many "
+         "elements apart its rows and its columns are is x.stride()"),
+        ("swapped", "the strides swapped: x.stride(0) is the step from one row to the next, "
+         "x.stride(1) from one column to the next, and the lanes walk along a row"),
+        ("four bytes", "the element size: offsets count elements, addresses count bytes "
+         "(x.element_size() bytes per element, not always 4)"),
+        ("elements", "the element size: offsets count elements, addresses count bytes "
+         "(multiply by x.element_size())"),
+        ("no base", "where the view starts: a slice begins x.storage_offset() elements into "
+         "its storage; x.data_ptr() is its first element's byte address, and sectors are "
+         "counted from address 0"),
+        ("no guard", "lanes past the last column: they fail the kernel's bounds check and "
+         "read nothing"),
+        ("one past", "the bound is off by one: the last column of x is x.shape[1] - 1, a lane "
+         "whose column is x.shape[1] reads nothing"),
+        ("lines", "the sector size: a request is served in 32-byte sectors, not 128-byte "
+         "lines"),
     ]
     cases = _sector_cases()
-    with run_answer("warp_sectors"), no_package_calls("warp_sectors"):
+    with run_answer("warp_sectors"), no_package_calls("warp_sectors"), hidden(_read01):
         got = [warp_sectors(x, row, col0) for _, x, row, col0 in cases]
     want = [_sectors_truth(x, row, col0) for _, x, row, col0 in cases]
     if got != want:
-        # the mistake whose answers are the learner's on every view
-        why = next((w for flags, w in mistakes
-                    if got == [_sectors_truth(x, r, c0, **flags) for _, x, r, c0 in cases]),
+        # the mistake that gives the learner's answer on every view it changes
+        def fits(mistake):
+            told = [_sectors_mistaken(x, r, c0, mistake) for _, x, r, c0 in cases]
+            return all((g in t) if t else g == w for g, t, w in zip(got, told, want)) and any(
+                t and g not in (w,) for g, t, w in zip(got, told, want))
+        why = next((w for m, w in mistakes if fits(m)),
                    "the byte address of each lane's element (the view's first element, its "
                    "strides, its element size), then the distinct 32-byte sectors among the "
                    "lanes whose column is inside x")
@@ -258,7 +321,7 @@ def ex01_traffic(traffic):
     lines = []
     for kernel, other in (("k01_coalesced", "k01_naive"), ("k01_naive", "k01_coalesced")):
         for M, N, K in ((64, 32, 8), (32, 64, 9)):
-            with run_answer("traffic"), no_package_calls("traffic"):
+            with run_answer("traffic"), no_package_calls("traffic"), hidden(_traffic_cache):
                 got = traffic(kernel, M, N, K)
             if not (isinstance(got, (tuple, list)) and len(got) == 2):
                 raise ExerciseError(f"traffic({kernel!r}, {M}, {N}, {K}) returned {got!r}: "

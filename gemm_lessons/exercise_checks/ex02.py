@@ -7,7 +7,7 @@ from collections import defaultdict
 import torch
 
 from .. import engines, harness
-from .guards import ExerciseError, HINTS, run_answer
+from .guards import ExerciseError, HINTS, hidden, run_answer
 from .audits import barrier_audit, nan_shared
 from .refusal import no_package_calls, refuse_package_kernel
 from .products import (LaunchRecorder, bind_numba, ceil_div, check_product, launch_dims,
@@ -141,7 +141,11 @@ def ex02_launch(launcher, BM=16, BN=8):
                 f"grid): {need} blocks along x, one per tile, {tiles_m} tiles down times "
                 f"{tiles_n} across; blocks along y would redo the same tiles")
         if grid[0] < need:
-            if grid[0] in ((M // BM) * (N // BN), max(M // BM, 1) * max(N // BN, 1)):
+            down = args[3]
+            floors = {(M // BM) * (N // BN), max(M // BM, 1) * max(N // BN, 1)}
+            if down == tiles_m:             # the count down is right: the one across is not
+                floors |= {tiles_m * (N // BN), tiles_m * max(N // BN, 1)}
+            if grid[0] in floors:
                 why = "integer division rounds down: a partial tile at the edge needs a block too"
             elif grid[0] in (tiles_m, tiles_n, tiles_m + tiles_n):
                 why = (f"one block per tile: {tiles_m} tiles down times {tiles_n} across, "
@@ -203,7 +207,7 @@ def ex02_loads(fn):
     for what, launcher, M, N, K in launches:
         with run_answer("global_loads_per_element"), no_package_calls(
                 "global_loads_per_element", allowed=(harness.make_operands, counters.trace,
-                                                     launcher)):
+                                                     launcher)), hidden(_counted02):
             got = fn(launcher, M, N, K)
         key = (what, M, N, K)
         if key not in _counted02:          # the check's own count, once per process
@@ -245,6 +249,14 @@ def ex02_loads(fn):
             ((K / N, K / M), "each element of A and of B counted once (distinct addresses): "
              "count every load, an element that several blocks load once per load (that "
              "reuse is what the count shows)"),
+        ]
+        mistakes += [
+            ((want[0] / K, want[1] / K), "divided by K too: per element of C is divided by "
+             "M * N, the elements of C, only"),
+            ((n_a / M, n_b / N), "divide each by M * N, the elements of C, not by M or N "
+             "alone"),
+            ((n_a / N, n_b / M), "divide each by M * N, the elements of C, not by M or N "
+             "alone"),
         ]
         why = next((w for v, w in mistakes
                     if all(math.isclose(g, x) for g, x in zip(got, v))), None)
@@ -333,36 +345,47 @@ def ex02_reuse(global_loads):
     cases = ((16, 16, 8, 8, 8), (24, 12, 10, 8, 4), (20, 12, 10, 8, 4), (7, 30, 5, 4, 16),
              (33, 9, 3, 16, 8))
     for M, N, K, BM, BN in cases:
-        with run_answer("global_loads"), no_package_calls("global_loads"):
+        with run_answer("global_loads"), no_package_calls("global_loads"), hidden(_loads02):
             got = global_loads(M, N, K, BM, BN)
         want = _measured_loads(M, N, K, BM, BN)
         if got == want:
             continue
+        # each mistake read from counts, never from a formula of the answer: the same kernel
+        # with its tile turned (BM and BN swapped), or run on C grown to whole tiles
+        # (masked loads counted), or the operands' elements each once
         cm, cn = ceil_div(M, BM), ceil_div(N, BN)
+        ragged = M % BM or N % BN
+        number = isinstance(got, (int, float))
+        with run_answer("global_loads"), no_package_calls("global_loads"), hidden(_loads02):
+            answers = {c: global_loads(*c) for c in cases}
         mistakes = [
-            (M * K * (N / BN) + K * N * (M / BM), "the block count is rounded up: a partial "
-             "block column at the right edge still loads its rows of A (and a partial block "
-             "row its columns of B)"),
-            (M * K * (N // BN) + K * N * (M // BM), "the block count is rounded up: a partial "
-             "block column at the right edge still loads its rows of A (and a partial block "
-             "row its columns of B)"),
-            (cm * BM * ceil_div(K, 4) * 4 * cn + ceil_div(K, 4) * 4 * cn * BN * cm, "masked loads: "
-             "a tile element outside A or B is stored as 0 without a load"),
-            (cn * BN * K * cm + K * cm * BM * cn, "masked loads: a tile element outside A or B "
-             "is stored as 0 without a load"),
-            (M * K * ceil_div(N, BM) + K * N * ceil_div(M, BN), "BM and BN swapped: an element of A "
-             "is loaded once by each block of its block row, that is once per block column "
-             "(cdiv(N, BN) times)"),
-            (M * K * cm + K * N * cn, "BM and BN swapped: an element of A is loaded once by "
-             "each block of its block row, that is once per block column (cdiv(N, BN) times)"),
-            (2 * K * M * N / BM, "the lesson's 2K / T holds for square tiles: here A and B "
-             "are reused by different factors"),
+            (_measured_loads(M, N, K, BN, BM), "BM and BN swapped: an element of A is loaded "
+             "once by each block of its block row, that is once per block column"),
+            (_measured_loads(cm * BM, cn * BN, K, BM, BN), "masked loads: a tile element "
+             "outside A or B is stored as 0 without a load"),
             (M * K + K * N, "each block loads its own tiles: an element of A is loaded by every "
              "block of its block row"),
         ]
-        why = next((w for v, w in mistakes if isinstance(got, (int, float)) and got == v),
-                   "count per block: the rows of A and the columns of B it covers, inside A "
-                   "and B, times K")
+        why = next((w for v, w in mistakes if number and got == v), None)
+        if why is None and number and ragged and got < want and all(
+                answers[c] == _measured_loads(*c) for c in cases
+                if not (c[0] % c[3] or c[1] % c[4])):
+            why = ("the block count is rounded up: a partial block column at the right edge "
+                   "still loads its rows of A (and a partial block row its columns of B); your "
+                   "count is right where the tiles divide C")
+        if why is None and number and cm != cn and all(
+                answers[c] == _measured_loads(*c) for c in cases
+                if ceil_div(c[0], c[3]) == ceil_div(c[1], c[4])):
+            why = ("A and B reused by each other's block count: an element of A is loaded "
+                   "once by each block of its block row, that is once per block column, and "
+                   "an element of B once per block row (your count is right only where C has "
+                   "as many block rows as block columns)")
+        if why is None and number and BM != BN and answers[cases[0]] == \
+                _measured_loads(*cases[0]):
+            why = ("right for square tiles only (the lesson's 2K / T): with BM != BN, A and B "
+                   "are reused by different factors")
+        why = why or ("count per block: the rows of A and the columns of B it covers, inside A "
+                      "and B, times K")
         raise ExerciseError(
             f"M={M}, N={N}, K={K}, BM={BM}, BN={BN}: {got!r} global loads, the simulator counts "
             f"{want}.\nLikely cause: {why}")

@@ -40,6 +40,18 @@ def _channels(seed=0):
     return w.float()
 
 
+def _fits_largest_value(w, s):
+    """The scales ``s`` are, on every column whose largest value is positive, the smallest
+    power of two that keeps that value (not the largest magnitude) within 448, and that
+    differs from the right scale on some column: the abs left out."""
+    top = w.double().amax(dim=0)
+    amax = w.double().abs().amax(dim=0)
+    told = [(s[n].item(), 2.0 ** math.ceil(math.log2(top[n].item() / E4M3_MAX)),
+             2.0 ** math.ceil(math.log2(amax[n].item() / E4M3_MAX)))
+            for n in range(w.shape[1]) if top[n] > 0]
+    return all(v == t for v, t, _ in told) and any(t != r for _, t, r in told)
+
+
 def ex11_pow2_scales(pow2_col_scales):
     """Lesson 11, exercise 1: one power-of-two scale per column (output channel) of a
     (K, N) weight, the smallest with max |w[:, n]| / scale <= 448; 1 for an all-zero
@@ -71,6 +83,13 @@ def ex11_pow2_scales(pow2_col_scales):
             if v != 1.0:
                 raise ExerciseError(f"column {n} is all zero: its scale should be 1, got {v:g}")
             continue
+        if amax[n] / v > E4M3_MAX and _fits_largest_value(w, s[0]):
+            top = w.double()[:, n].max().item()
+            raise ExerciseError(
+                f"column {n}: max |w| = {amax[n].item():.6g}, scale {v:g}: max / scale = "
+                f"{(amax[n] / v).item():.6g} > 448 saturates; the scale fits the column's "
+                f"largest value, {top:.6g}, not its largest magnitude: a negative weight "
+                "counts too (amax of w.abs())")
         if amax[n] / v > E4M3_MAX:
             raise ExerciseError(
                 f"column {n}: max |w| = {amax[n].item():.6g}, scale {v:g}: max / scale = "

@@ -96,6 +96,20 @@ def run_answer(what, seconds=60):
             raise ExerciseError(f"{what} raised {shorten(text)}") from None
 
 
+@contextlib.contextmanager
+def hidden(*caches):
+    """Empty the check's caches of its own results (dicts) while a learner's answer runs, and
+    put them back after: an answer that reads the check's truth from them finds nothing."""
+    saved = [dict(c) for c in caches]
+    for c in caches:
+        c.clear()
+    try:
+        yield
+    finally:
+        for c, old in zip(caches, saved):
+            c.update(old)
+
+
 def learner_line(exc):
     """The source line of the learner's code (a notebook's ``__main__``) where ``exc`` was
     raised: the last such frame of its traceback, or None."""
