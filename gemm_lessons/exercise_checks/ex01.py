@@ -36,10 +36,10 @@ def _two_rows_k01():
     return _ref01["k"]
 
 
-def _thread_map(t, c):
+def _thread_map(t, c, *, every=True):
     """A sentence if a thread stores C outside its block's 8 x 32 tile, or two threads the
-    same element, or an element of C is stored by none: from the trace ``t`` of a launch
-    that writes ``c`` (row-major)."""
+    same element, or (``every``) an element of C is stored by none: from the trace ``t`` of
+    a launch that writes ``c`` (row-major)."""
     N = c.shape[1]
     owner = {}
     for x in t.accesses:
@@ -62,7 +62,7 @@ def _thread_map(t, c):
                     "t // 32 one of the 8 rows")
         owner[(r, col)] = (bx, by, tid)
     missing = c.shape[0] * N - len(owner)
-    if missing:
+    if missing and every:
         return (f"{missing} elements of C are stored by no thread: the thread map must give "
                 "each of a block's 256 threads its own element of the 8 x 32 tile")
     return None
@@ -88,6 +88,17 @@ def ex01_kernel(kernel):
     with counters.trace(A=a, B=b, C=c) as t, run_answer("my_kernel"):
         run(a, b, c, spare=1)
     wrong = _thread_map(t, c)
+    if wrong and "stored by no thread" in wrong:
+        # the same blocks on a C 48 rows tall: a thread whose row fell past C above now
+        # stores, and where it stores is measured
+        a2, b2 = harness.make_operands(48, 64, 8)
+        c2 = torch.empty(48, 64)
+        with counters.trace(A=a2, B=b2, C=c2) as t2, run_answer("my_kernel"):
+            sim_launch(kernel, (ceil_div(64, 32) + 1, ceil_div(16, 8) + 1), 256, a2, b2, c2)
+        where = _thread_map(t2, c2, every=False)
+        if where:
+            raise ExerciseError(f"my_kernel, M=16, N=64, K=8: {wrong.split(':')[0]}; the "
+                                f"same blocks on a C of 48 rows show where they went: {where}")
     if wrong:
         raise ExerciseError(f"my_kernel, M=16, N=64, K=8: {wrong}")
     s = t.global_summary()
@@ -308,11 +319,27 @@ def _measured_traffic(kernel, M, N, K):
         c = torch.empty(M, N)
         with counters.trace(A=a, B=b, C=c) as t:
             launch(a, b, c)
-        per = defaultdict(int)
+        per, requests = defaultdict(int), defaultdict(int)
         for (space, arr, op, *_), req in t.requests("global").items():
             per[(arr, op)] += counters.sectors_per_request(req) * counters.SECTOR_BYTES
+            requests[(arr, op)] += 1
         _traffic_cache[key] = dict(per)
+        _traffic_cache[key + ("requests",)] = dict(requests)
     return _traffic_cache[key]
+
+
+def _one_operand_off(nbytes, kernel, M, N, K):
+    """(array, sectors per request in the learner's count, measured) when ``nbytes``
+    differs from the measured traffic in the loads of one operand only, by a whole number
+    of sectors per warp request of that operand (requests counted in the trace)."""
+    m = _measured_traffic(kernel, M, N, K)
+    requests = _traffic_cache[(kernel, M, N, K, "requests")]
+    for arr, other in (("B", "A"), ("A", "B")):
+        rest = nbytes - m[(other, "load")] - m[("C", "store")]
+        n = requests[(arr, "load")]
+        if rest > 0 and rest != m[(arr, "load")] and rest % (32 * n) == 0:
+            return arr, rest // (32 * n), m[(arr, "load")] // (32 * n)
+    return None
 
 
 def ex01_traffic(traffic):
@@ -351,6 +378,15 @@ def ex01_traffic(traffic):
             elif nbytes == useful:
                 why = ("those are the bytes the lanes use; a request moves whole 32-byte "
                        "sectors, however few of their bytes a lane needs")
+            elif nbytes == 32 * want:
+                why = ("one request per thread: the 32 threads of a warp make one request "
+                       "together (M * N / 32 warps, not M * N threads)")
+            elif (part := _one_operand_off(nbytes, kernel, M, N, K)) is not None:
+                arr, per_k, measured = part
+                why = (f"the loads of {arr}: your count gives {per_k} sector(s) per warp "
+                       f"request of {arr} (one request per warp and per k), the simulator "
+                       f"measures {measured}: which 32-byte sectors do the addresses of the "
+                       f"32 lanes' elements of {arr} touch, in this kernel's thread map?")
             else:
                 why = "count per warp and per k the sectors of A and of B, then the store of C"
             raise ExerciseError(

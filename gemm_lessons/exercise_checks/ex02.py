@@ -110,7 +110,53 @@ def ex02_tile_loop(kernel, T=T02):
             and HINTS["barrier"] not in text and HINTS["barrier_skipped"] not in text):
         text = (text.split("\nLikely cause:")[0] + "\nLikely cause: "
                 + _ZERO_FILL.format(stale=audit.stale))
+    elif (audit.race is None and not audit.stale and "\nLikely cause:" in text
+          and HINTS["barrier"] not in text and HINTS["barrier_skipped"] not in text):
+        why = _tile_read(run, T, BK)
+        if why:
+            text = text.split("\nLikely cause:")[0] + "\nLikely cause: " + why
     raise ExerciseError(text) from None
+
+
+def _tile_read(run, T, BK):
+    """A sentence when one launch (a single T x T block, two K-tiles) gives the product of
+    a known misreading of the tiles in the multiply-adds: sA[k, tx] (the column's index),
+    sA[ty % BK, k] (A's tile read as (m, k)) or both tiles' indices swapped. The tiles as the loads leave them are
+    taken from A (sA[kk, m] = A[m, k0 + kk]); each candidate sums what the misread elements
+    hold."""
+    a, b = harness.make_operands(T, T, 2 * BK)
+    c = torch.full((T, T), float("nan"))
+    try:
+        with run_answer("my_tiled"):
+            run(a, b, c)
+    except ExerciseError:
+        return None
+    A, B = a.double(), b.double()
+    tiles = [A[:, k0:k0 + BK].t() for k0 in range(0, 2 * BK, BK)]     # sA of each K-tile
+    rows = [B[k0:k0 + BK, :] for k0 in range(0, 2 * BK, BK)]          # sB of each K-tile
+    ty = torch.arange(T)[:, None].expand(T, T)
+    tx = torch.arange(T)[None, :].expand(T, T)
+    by_col = sum(sA[:, tx].permute(1, 2, 0).mul(sB.t()[tx]).sum(-1)
+                 for sA, sB in zip(tiles, rows))                     # sA[k, tx]
+    by_row = sum(sum(sA[ty % BK, k] * sB[k, tx] for k in range(BK))
+                 for sA, sB in zip(tiles, rows))                     # sA[ty % BK, k]
+    swapped = sum(sum(sA[k, tx] * sB[k, ty] for k in range(BK))
+                  for sA, sB in zip(tiles, rows))                    # sA[k, tx] * sB[k, ty]
+    got = c.double()
+    if torch.allclose(got, swapped, rtol=1e-4, atol=1e-4):
+        return ("the tile indices swapped in the multiply-adds: A's tile read at the "
+                "column's index tx and B's at the row's index ty; thread (tx, ty) computes "
+                "row ty and column tx of the block's tile of C")
+    if torch.allclose(got, by_col, rtol=1e-4, atol=1e-4):
+        return ("the multiply-adds read A's tile at sA[k, tx]: tx is the thread's column of "
+                "C, but the element of A it needs is in its own row, ty (the tile is stored "
+                "(k, m): the row of C is its second index)")
+    if torch.allclose(got, by_row, rtol=1e-4, atol=1e-4):
+        return ("the multiply-adds read A's tile as (m, k), sA[ty % BK, k]: the tile is "
+                f"stored transposed, {BK} x {T} = (k, m), so the element (m = ty, k) is at "
+                "index [k, ty] (sA[ty % BK, k] is A's element in row k, column ty % BK of "
+                "the K-tile)")
+    return None
 
 
 def ex02_launch(launcher, BM=16, BN=8):
