@@ -377,3 +377,307 @@ def test_every_place_is_read_as_formulas():
                     'triton.cdiv(M, meta["BLOCK_SIZE_M"]))')
     assert _shape(launcher[0]) != _shape(answer[0])
     assert _shape(_formula(launcher[0])) == _shape(_formula(answer[0]))
+
+
+# ----------------------------------------------------------------------------- by behaviour
+# The token rule reads lines; a check can compute its reference as the answer does with
+# lines shaped otherwise (a nested ``truth(words)`` that groups words by bank, a
+# ``_bank_of(..., use_pad=True, ...)`` whose flags off are the answer). So every exercise
+# whose answer is a plain host function (called by its check with ints, strings, lists) is
+# also probed by behaviour: every function defined in the checks and the instruments
+# (``gemm_lessons/exercise_checks/*.py``, ``counters.py``, ``banks.py``), nested ones
+# included, is copied as a student would copy it (compiled on its own, run as notebook code)
+# and called on the arguments the check gave the answer, with kernel launches, child
+# processes and calls into another module of the package refused, as they are in an answer
+# (its own module's functions may be called: a student copies those too). One that returns
+# what the answer returned, on every call, is the answer within reach. A check that
+# measures (launches a kernel under ``counters.trace``) or inverts another module's
+# instrument (``occupancy``: calling it is refused in an answer) is not flagged.
+
+PROBED = ["gemm_lessons/exercise_checks/*.py", "gemm_lessons/counters.py", "gemm_lessons/banks.py"]
+MAX_CALLS = 64      # the answer's calls kept per exercise (spread over all it made)
+
+
+class _Refused(BaseException):
+    """Raised by a kernel launch or a child process while probing (not an Exception, so
+    that a check's ``except Exception`` does not swallow it)."""
+
+
+def _plain(x):
+    if isinstance(x, (bool, int, float, str, type(None))):
+        return True
+    if isinstance(x, (list, tuple)):
+        return all(_plain(v) for v in x)
+    return False
+
+
+def _refusing():
+    """A context in which kernel launches (numba's simulator, Triton's interpreter) and
+    child processes raise :class:`_Refused`."""
+    import contextlib
+    import subprocess
+
+    @contextlib.contextmanager
+    def ctx():
+        from numba.cuda.simulator import kernel as simkernel
+        patches = [(simkernel.FakeCUDAKernel, "__call__"), (simkernel.FakeCUDAKernel, "__getitem__"),
+                   (subprocess, "run"), (subprocess, "Popen")]
+        try:
+            from triton.runtime import interpreter
+            patches.append((interpreter.GridExecutor, "__call__"))
+        except ImportError:       # pragma: no cover
+            pass
+        saved = [(o, n, getattr(o, n)) for o, n in patches]
+
+        def refuse(*_a, **_k):
+            raise _Refused()
+        for o, n, _ in saved:
+            setattr(o, n, refuse)
+        try:
+            yield
+        finally:
+            for o, n, f in saved:
+                setattr(o, n, f)
+    return ctx()
+
+
+def _functions_in(source, namespace, where):
+    """{qualified name: function} for every ``def`` in ``source`` at any depth, each compiled
+    on its own (decorators dropped) in a copy of ``namespace``: a nested function that uses
+    its enclosing function's variables fails when called, one that does not runs as it
+    stands."""
+    import ast
+    import copy
+    out = {}
+    tree = ast.parse(source)
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            fn = copy.deepcopy(node)
+            fn.decorator_list = []
+            mod = ast.Module(body=[fn], type_ignores=[])
+            ns = dict(namespace, __name__="__main__")      # as if copied into a notebook
+            try:
+                exec(compile(ast.fix_missing_locations(mod), f"<copied from {where}>", "exec"),
+                     ns)
+            except Exception:     # noqa: BLE001  (defaults that need the enclosing scope)
+                continue
+            out[f"{where}:{node.lineno}:{node.name}"] = ns[node.name]
+    return out
+
+
+def _same_on_every_call(fn, calls, allowed=()):
+    import signal
+    from gemm_lessons.exercise_checks.refusal import no_package_calls
+
+    def expired(*_):
+        raise _Refused()
+    old = signal.signal(signal.SIGALRM, expired)
+    try:
+        for args, result in calls:
+            signal.setitimer(signal.ITIMER_REAL, 2.0)
+            try:
+                with _refusing(), no_package_calls("probed", allowed):
+                    got = fn(*json.loads(json.dumps(args)))
+            except (Exception, _Refused):     # noqa: BLE001
+                return False
+            finally:
+                signal.setitimer(signal.ITIMER_REAL, 0)
+            try:
+                if not (type(got) is type(result) and got == result):
+                    return False
+            except Exception:                 # noqa: BLE001  (an array's ==)
+                return False
+        return True
+    finally:
+        signal.signal(signal.SIGALRM, old)
+
+
+def computes_the_answer(calls, units):
+    """The functions of ``units`` ([(where, source, namespace)]) that return what the answer
+    returned on every one of ``calls`` ([(args, result)]), when the answer's results are not
+    all one value."""
+    if len(calls) < 1 or len({json.dumps(r, sort_keys=True) for _, r in calls}) < 2 and len(calls) > 1:
+        return []
+    found = []
+    short = _short_helpers()
+    for where, source, namespace in units:
+        # the module's own functions may be called (a student copies them too), and so may
+        # a short helper of another module; a call into any other code of the package is
+        # refused, as it is in an answer
+        own = [f for f in namespace.values() if callable(f)
+               and getattr(f, "__module__", None) == namespace.get("__name__")]
+        for name, fn in _functions_in(source, namespace, where).items():
+            if _same_on_every_call(fn, calls, own + short):
+                found.append(name)
+    return found
+
+
+SHORT = 3       # statements: a helper this short is copied along with what calls it
+
+
+@lru_cache(maxsize=None)
+def _short_helpers():
+    """The package's plain functions of at most ``SHORT`` statements (a docstring aside)
+    that call nothing: ``ptx_hopper.swizzled_offset``'s one XOR, not ``occupancy``."""
+    import ast
+    import importlib
+    import inspect
+    import gemm_lessons as gl  # noqa: F401
+    out = []
+    for path in sorted((ROOT / "gemm_lessons").rglob("*.py")):
+        name = ".".join(path.relative_to(ROOT).with_suffix("").parts)
+        try:
+            mod = importlib.import_module(name)
+        except Exception:             # noqa: BLE001  (a GPU-only module)
+            continue
+        for f in vars(mod).values():
+            if not (inspect.isfunction(f) and f.__module__ == name):
+                continue
+            try:
+                node = ast.parse(textwrap.dedent(inspect.getsource(f))).body[0]
+            except (OSError, TypeError, SyntaxError, IndexError):
+                continue
+            body = [st for st in node.body if not (isinstance(st, ast.Expr) and
+                                                   isinstance(st.value, ast.Constant))]
+            if (len(body) <= SHORT and not node.decorator_list
+                    and not any(isinstance(n, ast.Call) for st in body for n in ast.walk(st))):
+                out.append(f)
+    return out
+
+
+@lru_cache(maxsize=None)
+def _probed_units():
+    import importlib
+    import gemm_lessons as gl  # noqa: F401  (picks the engine first)
+    units = []
+    for pattern in PROBED:
+        for path in sorted(ROOT.glob(pattern)):
+            rel = path.relative_to(ROOT)
+            mod = importlib.import_module(".".join(rel.with_suffix("").parts))
+            units.append((str(rel), path.read_text(), vars(mod)))
+    return units
+
+
+@lru_cache(maxsize=None)
+def answer_calls():
+    """{exercise: [(args, result)]}: the calls each check made to its answer, where the
+    answer is a plain host function (plain arguments and result), the checks run with
+    kernel launches refused (a check stops at its first launch; its calls so far are kept)."""
+    import gemm_lessons as gl  # noqa: F401
+    out = {}
+    for path in sorted((ROOT / "solutions").glob("[0-9][0-9]_*.ipynb")):
+        nb = json.loads(path.read_text())
+        ns = {"__name__": "__main__"}
+        for cell in nb["cells"]:
+            if cell["cell_type"] != "code":
+                continue
+            src, g = _src(cell), _grade(cell)
+            if not g.get("grade"):
+                try:
+                    with _refusing():
+                        exec(compile(src, f"<{path.stem}>", "exec"), ns)
+                except (Exception, _Refused):     # noqa: BLE001
+                    pass
+                continue
+            m = re.search(r"checks\.ex\w+\((\w+)", src)
+            fn = ns.get(m.group(1)) if m else None
+            if not (callable(fn) and type(fn).__name__ == "function"):
+                continue
+            calls = []
+
+            def recorder(*args, _fn=fn, _calls=calls, **kw):
+                result = _fn(*args, **kw)
+                if not kw and _plain(args) and _plain(result):
+                    _calls.append((json.loads(json.dumps(args)), json.loads(json.dumps(result))))
+                return result
+            ns[m.group(1)] = recorder
+            try:
+                with _refusing():
+                    exec(compile(src, f"<{path.stem} check>", "exec"), dict(ns))
+            except (Exception, _Refused):         # noqa: BLE001
+                pass
+            ns[m.group(1)] = fn
+            if calls:
+                step = max(1, len(calls) // MAX_CALLS)
+                out[_exercise(g["grade_id"])] = calls[::step][:MAX_CALLS]
+    return out
+
+
+def test_the_behaviour_probe_reaches_the_plain_answers():
+    calls = answer_calls()
+    for ex in ("ex01-4", "ex03-1", "ex03-3", "ex04-3", "ex05-2"):
+        assert ex in calls, (ex, sorted(calls))
+
+
+# Exercises whose check (or an instrument) the probe finds computing the answer: "exNN-i":
+# why it is still open. Remove an entry when its exercise is fixed.
+KNOWN_COMPUTED = {
+    "ex06-4": "the check's _swizzled_byte is the answer's layout around ptx_hopper's "
+              "one-line swizzled_offset; it should be measured (the emulated TMA's 128-byte "
+              "swizzled copy) instead",
+}
+
+
+@pytest.mark.parametrize("ex", sorted(answer_calls()))
+def test_no_check_or_instrument_computes_the_answer(ex):
+    found = computes_the_answer(answer_calls()[ex], _probed_units())
+    if ex in KNOWN_COMPUTED:
+        assert found, f"{ex} is no longer computed by the package: remove it from KNOWN_COMPUTED"
+        return
+    assert not found, (f"{ex}: these functions return what the answer returns, on every call "
+                       f"its check made, without measuring: {found}")
+
+
+OLD_EX03 = '''
+from collections import defaultdict
+
+def ex03_ways(ways):
+    def truth(words, nbanks=32, distinct=True):
+        banks = defaultdict(list)
+        for w in words:
+            if not distinct or w not in banks[w % nbanks]:
+                banks[w % nbanks].append(w)
+        return max(len(s) for s in banks.values())
+    return truth
+
+def _bank_of(i, k, width, pad, elem_bytes, *, use_pad=True, use_bytes=True, nbanks=32,
+             transposed=False, words=True):
+    row = width + pad if use_pad else width
+    e = elem_bytes if use_bytes else 4
+    off = (k * row + i) if transposed else (i * row + k)
+    if not words:
+        return (off * e) % nbanks
+    if not use_bytes:
+        return off % nbanks
+    return (off * e // 4) % nbanks
+'''
+
+
+def test_the_probe_finds_the_references_that_were_answers():
+    """What closed 03-1's and 03-3's leaks: their checks' ``truth`` (nested) and
+    ``_bank_of`` (flags off) returned the answers of the exercises as they were; the token
+    rule did not see them, the probe does; a measuring function is not flagged."""
+    def ways(words):
+        per_bank = {}
+        for w in words:
+            per_bank.setdefault(w % 32, set()).add(w)
+        return max(len(s) for s in per_bank.values())
+
+    def bank(i, k, width, pad, elem_bytes):
+        return ((i * (width + pad) + k) * elem_bytes // 4) % 32
+
+    import random
+    rng = random.Random(0)
+    words = [[rng.randrange(256) for _ in range(32)] for _ in range(6)] + [[7] * 32]
+    ways_calls = [((w,), ways(w)) for w in words]
+    bank_calls = [((i, k, w, p, e), bank(i, k, w, p, e)) for e in (4, 2, 1) for w in (8, 32)
+                  for p in (0, 1) for i in (0, 5, 31) for k in (0, 1, w - 1)]
+    from collections import defaultdict
+    unit = [("old ex03", OLD_EX03, {"defaultdict": defaultdict, "__name__": "old_ex03"})]
+    assert [n.split(":")[-1] for n in computes_the_answer(ways_calls, unit)] == ["truth"]
+    assert [n.split(":")[-1] for n in computes_the_answer(bank_calls, unit)] == ["_bank_of"]
+    measuring = [("a check that measures", "def _bank(i, k, width, pad, elem_bytes):\n"
+                  "    from numba.cuda.simulator import kernel\n"
+                  "    kernel.FakeCUDAKernel(lambda: None, device=False)[1, 32]()\n"
+                  "    return 0\n", {})]
+    assert computes_the_answer(bank_calls, measuring) == []
