@@ -290,7 +290,14 @@ def ex01_sectors(warp_sectors):
             told = [_sectors_mistaken(x, r, c0, mistake) for _, x, r, c0 in cases]
             return all((g in t) if t else g == w for g, t, w in zip(got, told, want)) and any(
                 t and g not in (w,) for g, t, w in zip(got, told, want))
-        why = next((w for m, w in mistakes if fits(m)),
+        def exact(mistake):                 # views it explains with one count, not two
+            return sum(t == {g} and g != w for g, t, w in zip(
+                got, [_sectors_mistaken(x, r, c0, mistake) for _, x, r, c0 in cases], want))
+        # where two mistakes fit (both depend on where the view starts), the one that
+        # explains more views exactly
+        fitting = [(m, w) for m, w in mistakes if fits(m)]
+        fitting.sort(key=lambda mw: -exact(mw[0]))
+        why = next((w for m, w in fitting),
                    "the byte address of each lane's element (the view's first element, its "
                    "strides, its element size), then the distinct 32-byte sectors among the "
                    "lanes whose column is inside x")
