@@ -18,7 +18,7 @@ only="${1:-}"
 
 # Runs the registered kernels named on the command line once each, on seeded random n x n
 # operands (n and the dtype first): the process ncu profiles. NAME@FIELD=VALUE runs kernel
-# NAME's module with that change to its configuration (k06_cluster@RELEASE=cluster).
+# NAME's module with that change to its configuration (k06_cluster@RELEASE=cta).
 DRIVER='import importlib, sys, torch, gemm_lessons as gl
 n, dt = int(sys.argv[1]), getattr(torch, sys.argv[2])
 g = torch.Generator(device="cuda").manual_seed(0)
@@ -82,17 +82,16 @@ record ncu_k05_wmma_stalls.txt \
         --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
         python -c "$DRIVER" 4096 float16 k05_wmma
 
-# Lesson 06, step 10: what clusters with a multicast A cost and save, fp16 at 8192^3, one
-# launch each of step 8's kernel (k06_tma_store), of step 10's with its releases at cluster
-# scope (k06_cluster@RELEASE=cluster) and of step 10's (k06_cluster, releases at CTA scope):
-# throughput, launch shape (cluster size), occupancy, warp stalls, the memory side (L2 hit
-# rate, bytes read from DRAM)
+# Lesson 06, step 10: why clusters with a multicast A do not pay here, fp16 at 8192^3, one
+# launch of step 8's kernel (k06_tma_store) and one of step 10's (k06_cluster, clusters of
+# two along N, its releases at cluster scope): throughput, launch shape (cluster size),
+# occupancy, warp stalls, the memory side (L2 hit rate, bytes read from DRAM)
 record ncu_k06_cluster.txt \
-    ncu -k 'regex:tma_store|cluster' --launch-count 3 \
+    ncu -k 'regex:tma_store|cluster' --launch-count 2 \
         --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
         --section MemoryWorkloadAnalysis \
         --metrics lts__t_sector_hit_rate.pct,dram__bytes_read.sum,gpu__time_duration.sum \
-        python -c "$DRIVER" 8192 float16 k06_tma_store k06_cluster@RELEASE=cluster k06_cluster
+        python -c "$DRIVER" 8192 float16 k06_tma_store k06_cluster
 
 # Lesson 07: the L2 side of the tile order, fp16, one launch of each order at 4096^3 and at
 # 8192^3 (grouped, GROUP_SIZE_M=8, then row-major, at each size): L2 hit rate, bytes read

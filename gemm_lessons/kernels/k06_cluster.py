@@ -14,9 +14,11 @@ its block of rank ``r`` computes columns ``r * BN`` onwards of each. Against ste
 * a stage may be refilled only once it is read in *every* block (rank 0 writes into all of
   them): each consumer thread releases the stage on the ``empty`` barrier of every block of
   the cluster (``mbarrier_arrive_cluster``), so ``empty`` counts the consumers of the whole
-  cluster, and every producer waits for all of them. The release is at CTA scope: it
-  publishes no data, so it needs no fence; ``RELEASE='cluster'`` builds the same kernel
-  with cluster-scope releases, each compiled with a ``MEMBAR.ALL.GPU`` before it;
+  cluster, and every producer waits for all of them. The release is at cluster scope
+  (``mbarrier_arrive_cluster_release``), which ptxas compiles with a ``MEMBAR.ALL.GPU``
+  before every arrival; ``RELEASE='cta'`` builds the same kernel with releases at CTA
+  scope (``mbarrier_arrive_cluster``, as CUTLASS's ``ClusterBarrier::arrive`` emits):
+  a consumer that frees a stage publishes no data, so it needs no fence;
 * the blocks meet at the cluster barrier (``barrier_cluster_arrive`` / ``_wait``) where
   step 8 had its ``syncthreads``, after the barriers are initialized and before another
   block may signal them, and again before they exit, so that no block leaves while another
@@ -65,7 +67,7 @@ class ClusterConfig(TmaStoreConfig):
     releases: ``'cta'`` (``mbarrier_arrive_cluster``, no fence) or ``'cluster'``
     (``mbarrier_arrive_cluster_release``, a ``MEMBAR.ALL.GPU`` before every arrival)."""
     CLUSTER: int = 2
-    RELEASE: str = "cta"
+    RELEASE: str = "cluster"
 
     def rules(self):
         return super().rules() + [
