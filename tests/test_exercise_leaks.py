@@ -611,11 +611,7 @@ def test_the_behaviour_probe_reaches_the_plain_answers():
 
 # Exercises whose check (or an instrument) the probe finds computing the answer: "exNN-i":
 # why it is still open. Remove an entry when its exercise is fixed.
-KNOWN_COMPUTED = {
-    "ex06-4": "the check's _swizzled_byte is the answer's layout around ptx_hopper's "
-              "one-line swizzled_offset; it should be measured (the emulated TMA's 128-byte "
-              "swizzled copy) instead",
-}
+KNOWN_COMPUTED = {}
 
 
 @pytest.mark.parametrize("ex", sorted(answer_calls()))

@@ -417,10 +417,54 @@ def ex06_multistage(make_multistage):
             "found")
 
 
-# Exercise 4: the 128-byte swizzle, against ptx_hopper.swizzled_offset.
-def _swizzled_byte(row, col, rows):
-    from ..ptx_hopper import swizzled_offset
-    return (col // 64) * rows * 128 + swizzled_offset(row * 128 + (col % 64) * 2)
+# Exercise 4: the 128-byte swizzle. The check computes no layout: it measures one. The
+# emulated TMA (ptx_tma.tma_load_2d, whose map names the 128-byte swizzle) copies a tile
+# whose elements hold their own index into shared memory, one 64-column box after the other,
+# and the check reads where each element landed; the same copy with the map's swizzle set to
+# none gives the layout of an answer that leaves the swizzle out. The mistakes are named
+# from these two measured layouts.
+def _tma_landing(rows, cols, swizzle=True):
+    """Measured: the byte offset (a rows x cols numpy array) at which the emulated TMA copy
+    of a rows x cols fp16 tile, in 64-column boxes of ``rows`` rows stored one after the
+    other, leaves each element, with the map's 128-byte swizzle (``swizzle``) or none."""
+    import numpy as np
+    from numba import int64
+    from numba.types import float16
+
+    from .. import ptx_mbarrier as mbar
+    from .. import ptx_tma as tmacopy
+    _numba_globals()
+    n, boxes = rows * cols, cols // 64
+    tile = torch.arange(n, dtype=torch.int16).reshape(rows, cols).view(torch.float16)
+    tmap = tmacopy.tensor_map_2d(tile, rows)
+    if not swizzle:         # the emulated map's 9th word is its swizzle (bytes; 0: none)
+        if int(tmap.array[8]) != tmacopy.SWIZZLE_BYTES:
+            raise RuntimeError("ptx_tma's emulated tensor map changed: its 9th word is no "
+                               "longer the swizzle")
+        tmap.array[8] = 0
+
+    def land(tm):
+        smem = cuda.shared.array(n, float16)
+        bar = cuda.shared.array(1, int64)
+        mbar.mbarrier_init(bar, 0, 1)
+        mbar.mbarrier_arrive_expect_tx(bar, 0, n * 2)
+        for j in range(boxes):
+            tmacopy.tma_load_2d(smem, j * rows * 64, tm, j * 64, 0, bar, 0)
+        mbar.mbarrier_wait(bar, 0, 0)
+
+    made = {}
+
+    def shared_array(shape, dtype, frame):
+        return made.setdefault(dtype.kind, np.zeros(shape, dtype))
+
+    with shared_arrays(shared_array):
+        cuda.jit(land)[1, 1](engines.as_numba(tmap.array))
+    index = made["f"].view(np.int16).astype(np.int64)
+    if sorted(index.tolist()) != list(range(n)):
+        raise RuntimeError("the emulated TMA copy did not land every element once")
+    place = np.empty(n, np.int64)
+    place[index] = 2 * np.arange(n)
+    return place.reshape(rows, cols)
 
 
 def ex06_swizzle(swizzled_byte):
@@ -440,41 +484,91 @@ def ex06_swizzle(swizzled_byte):
         if not isinstance(off, int) and not (hasattr(off, "__index__")):
             raise ExerciseError(f"swizzled_byte{s} = {off!r}: a byte offset is an integer "
                                 "(use // and %, not /)")
-    bad = [(s, got[s], _swizzled_byte(*s)) for s in samples if got[s] != _swizzled_byte(*s)]
+    widest = {}
+    for rows, cols in shapes:
+        widest[rows] = max(widest.get(rows, 0), cols)
+    # where the copy engine puts each element, with the swizzle and without
+    tma = {rows: _tma_landing(rows, cols) for rows, cols in widest.items()}
+    plain = {rows: _tma_landing(rows, cols, swizzle=False) for rows, cols in widest.items()}
+
+    def want(s):
+        return int(tma[s[2]][s[0], s[1]])
+
+    bad = [(s, got[s], want(s)) for s in samples if got[s] != want(s)]
     if not bad:
         return (f"swizzled_byte: right on {len(samples)} elements of {len(shapes)} tiles; "
                 "8 rows of a chunk column in 8 different groups of 4 banks")
-    (row, col, rows), off, want = bad[0]
-    where = f"swizzled_byte({row}, {col}, rows={rows}) = {off}, expected {want}"
-    # name the mistake from the answer's shape on whole atoms
-    for (r, c, rs), o in got.items():
-        if c % 8 < 7 and (r, c + 1, rs) in got and got[(r, c + 1, rs)] - o != 2:
+    (row, col, rows), off, _ = bad[0]
+    where = (f"swizzled_byte({row}, {col}, rows={rows}) = {off}, but the TMA copy with the "
+             f"128-byte swizzle puts that element at byte {want(bad[0][0])}")
+
+    def fits(layout):
+        return all(got[s] == layout(*s) for s in samples)
+
+    def chunk_column(r0, c, rows):
+        places = Counter(got[(r, c, rows)] % 128 // 16 for r in range(r0, r0 + 8))
+        return (f"the 8 rows {r0}..{r0 + 7} of column chunk {c // 8} sit in {len(places)} "
+                f"chunk position(s) of their rows: {max(places.values())} of them share the "
+                f"same 4 banks (a bank conflict of {max(places.values())} ways when the "
+                "tensor cores read them); chunk c of row r goes to chunk c XOR (r % 8)")
+
+    # the answer is one of the measured layouts, or one of them halved
+    if fits(lambda r, c, rs: int(plain[rs][r, c])):
+        raise ExerciseError(f"{where}: no swizzle: every element is where the same copy "
+                            f"without the swizzle puts it; {chunk_column(0, 0, 8)}")
+    for name, lay in (("with the swizzle", tma), ("without the swizzle", plain)):
+        if fits(lambda r, c, rs: int(lay[rs][r, c]) // 2):
+            raise ExerciseError(f"{where}: every offset is half the byte at which the copy "
+                                f"{name} puts the element: the answer counts elements; an "
+                                "offset here is in bytes, 2 bytes an element (fp16)")
+    if fits(lambda r, c, rs: int(tma[rs][r, c % 64])):
+        raise ExerciseError(f"{where}: every column c is where the copy puts column c % 64: "
+                            "the answer stores every 64-column block over the first one (the "
+                            "64-column blocks lie one after the other, each rows x 128 bytes)")
+    # else the first measured property of the layout that the answer breaks
+    for (r, c, rs), o in got.items():        # two neighbours in one 16-byte chunk of the copy
+        if (r, c + 1, rs) not in got:
+            continue
+        a, b = int(tma[rs][r, c]), int(tma[rs][r, c + 1])
+        if b - a == 2 and a // 16 == b // 16 and got[(r, c + 1, rs)] - o != 2:
             raise ExerciseError(f"{where}: elements {c} and {c + 1} of row {r} are "
-                                f"{got[(r, c + 1, rs)] - o} bytes apart: 2 bytes an element "
-                                "(fp16), and the byte inside a 16-byte chunk, (col % 8) * 2, "
-                                "is not swizzled")
+                                f"{got[(r, c + 1, rs)] - o} bytes apart, and 2 bytes in the "
+                                "copy: 2 bytes an element (fp16), and the byte inside a "
+                                "16-byte chunk, (col % 8) * 2, is not swizzled")
     for (r, c, rs), o in got.items():
-        if r < 8 and o // (rs * 128) != c // 64:      # the first atom: no row % 8 question
-            raise ExerciseError(f"{where}: column {c} lies in 64-column block {c // 64}, which "
-                                f"starts at byte {c // 64} x rows x 128 = {c // 64 * rs * 128}; "
-                                f"the answer puts it at {o} (the 64-column blocks lie one after "
-                                "the other, each rows x 128 bytes)")
+        if o % 16 != tma[rs][r, c] % 16:
+            raise ExerciseError(f"{where}: element ({r}, {c}) is at byte {o % 16} of its "
+                                f"16-byte chunk, and at byte {tma[rs][r, c] % 16} in the copy: "
+                                "the swizzle moves whole 16-byte chunks (chunk c XOR (r % 8), "
+                                "the chunk's index, not its byte offset, XORed); the byte "
+                                "inside the chunk, 2 bytes an element (fp16), stays")
     for (r, c, rs), o in got.items():
-        if o % (rs * 128) // 128 != r:
-            raise ExerciseError(f"{where}: element ({r}, {c}) lands in row {o % (rs * 128) // 128} "
-                                "of its block: the XOR uses the row inside the 8-row atom "
-                                "(row % 8), so that a chunk never leaves its 128-byte row")
+        block = int(tma[rs][r, c]) // (rs * 128)
+        if r < 8 and o // (rs * 128) != block:     # the first atom: no row % 8 question
+            raise ExerciseError(f"{where}: column {c} lies in 64-column block {block}, which "
+                                f"the copy puts at bytes {block * rs * 128}.."
+                                f"{(block + 1) * rs * 128 - 1}; the answer puts it at {o} "
+                                "(the 64-column blocks lie one after the other, each rows x "
+                                "128 bytes)")
+    moved = [(r, c, rs, o % (rs * 128) // 128, int(tma[rs][r, c]) % (rs * 128) // 128)
+             for (r, c, rs), o in got.items()
+             if o % (rs * 128) // 128 != tma[rs][r, c] % (rs * 128) // 128]
+    for r, c, rs, line, want_line in sorted(moved, key=lambda m: m[0] >= 8):
+        if r < 8:                   # in the first atom, row % 8 is the row itself
+            raise ExerciseError(f"{where}: element ({r}, {c}) lands in row {line} of its "
+                                f"block, and in row {want_line} in the copy: the swizzle "
+                                "moves 16-byte chunks inside their 128-byte row, never to "
+                                "another row (chunk c of row r goes to chunk c XOR (r % 8) "
+                                "of row r)")
+        raise ExerciseError(f"{where}: element ({r}, {c}) lands in row {line} of its block, "
+                            f"and in row {want_line} in the copy: the XOR uses the row inside "
+                            "the 8-row atom (row % 8), so that a chunk never leaves its "
+                            "128-byte row")
     for rows, cols in shapes[:3]:
         for c in range(0, cols, 8):
             for r0 in range(0, rows, 8):
-                places = Counter(got[(r, c, rows)] % 128 // 16 for r in range(r0, r0 + 8))
-                if len(places) < 8:
-                    raise ExerciseError(
-                        f"{where}: no swizzle: the 8 rows {r0}..{r0 + 7} of column chunk "
-                        f"{c // 8} sit in {len(places)} chunk position(s) of their rows: "
-                        f"{max(places.values())} of them share the same 4 banks (a bank "
-                        f"conflict of {max(places.values())} ways when the tensor cores read "
-                        "them); chunk c of row r goes to chunk c XOR (r % 8)")
+                if len({got[(r, c, rows)] % 128 // 16 for r in range(r0, r0 + 8)}) < 8:
+                    raise ExerciseError(f"{where}: no swizzle: {chunk_column(r0, c, rows)}")
     raise ExerciseError(f"{where}: conflict-free, but not the hardware's swizzle: chunk c of "
                         "row r is stored at chunk c XOR (r % 8) (an XOR, not a rotation)")
 
