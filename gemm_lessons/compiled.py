@@ -19,7 +19,7 @@ from pathlib import Path
 
 from . import engines, registry
 
-__all__ = ["ptx", "ptx_many", "compile_here", "ptxas_report", "find_ptxas",
+__all__ = ["variant", "ptx", "ptx_many", "compile_here", "ptxas_report", "find_ptxas",
            "find_disassembler", "sass"]
 
 
@@ -32,17 +32,18 @@ def _cc_tuple(cc):
     return tuple(cc)
 
 
-def _variant(name):
+def variant(name):
     """``(registered name, configuration changes)`` of ``name`` or ``name@FIELD=VALUE``
-    (``k06_cluster@RELEASE=cluster``: the kernel built with that change to its GPU
-    configuration; an integer VALUE is read as one)."""
+    (``k06_cluster@RELEASE=cta``: the kernel built with that change to its GPU
+    configuration; an integer VALUE is read as one). tools/record_ncu.sh's driver reads
+    its kernel names with it too."""
     base, _, change = name.partition("@")
     if not change:
         return base, None
     field, eq, value = change.partition("=")
     if not (eq and field and value):
         raise ValueError(f"{name!r}: a variant is NAME@FIELD=VALUE, e.g. "
-                         "k06_cluster@RELEASE=cluster")
+                         "k06_cluster@RELEASE=cta")
     return base, {field: int(value) if value.lstrip("-").isdigit() else value}
 
 
@@ -51,7 +52,7 @@ def compile_here(name, cc):
     engine); ``name@FIELD=VALUE`` compiles it with that change to its configuration, where
     its ``ptx`` hook takes one."""
     from numba import cuda
-    base, change = _variant(name)
+    base, change = variant(name)
     entry = registry.get(base)
     if entry.ptx is None:
         raise ValueError(f"{base} is a {entry.language} kernel: it has no numba PTX "
@@ -73,7 +74,7 @@ def compile_here(name, cc):
 def ptx(name, cc=(8, 0)) -> str:
     """The PTX of the registered numba kernel ``name`` for compute capability ``cc``
     (``name@FIELD=VALUE``: with that change to its GPU configuration, for the kernels whose
-    PTX hook takes one, e.g. ``k06_cluster@RELEASE=cluster``)."""
+    PTX hook takes one, e.g. ``k06_cluster@RELEASE=cta``)."""
     return ptx_many([name], cc)[name]
 
 
@@ -113,7 +114,7 @@ def ptx_many(names, cc=(8, 0)) -> dict:
     kernel compiles once until the package changes."""
     cc, names = _cc_tuple(cc), list(names)
     for name in names:
-        registry.get(_variant(name)[0])  # unknown names fail here, with the known ones
+        registry.get(variant(name)[0])  # unknown names fail here, with the known ones
     folder = _cache_dir()
     path = {name: folder / f"{name}-sm{cc[0]}{cc[1]}-{_source_digest()}.ptx" for name in names}
     out = {name: path[name].read_text() for name in names if path[name].is_file()}

@@ -330,17 +330,18 @@ else:
     sim_scheduler.add_hooks(_block_started, lambda live: None)
     mb.add_stall_hook(_exits_release)
 
-    def mbarrier_arrive_cluster(bars, idx, cta):
-        if cta != 0:
-            raise _not_simulated("mbarrier_arrive_cluster",
-                                 f"an arrival on block {cta}'s barrier")
-        mb.mbarrier_arrive(bars, idx)
+    def _remote_arrive(fn):
+        """The emulation of ``fn(bars, idx, cta)`` at either scope (the simulator's memory
+        is always visible): an arrival on one's own block's barrier."""
+        def arrive(bars, idx, cta):
+            if cta != 0:
+                raise _not_simulated(fn, f"an arrival on block {cta}'s barrier")
+            mb.mbarrier_arrive(bars, idx)
+        arrive.__name__ = fn
+        return arrive
 
-    def mbarrier_arrive_cluster_release(bars, idx, cta):
-        if cta != 0:
-            raise _not_simulated("mbarrier_arrive_cluster_release",
-                                 f"an arrival on block {cta}'s barrier")
-        mb.mbarrier_arrive(bars, idx)       # the simulator's memory is always visible
+    mbarrier_arrive_cluster = _remote_arrive("mbarrier_arrive_cluster")
+    mbarrier_arrive_cluster_release = _remote_arrive("mbarrier_arrive_cluster_release")
 
     def tma_load_2d_multicast(dst, di, tmap, col, row, bars, bi, mask):
         if mask != 1:

@@ -20,17 +20,17 @@ only="${1:-}"
 # operands (n and the dtype first): the process ncu profiles. NAME@FIELD=VALUE runs kernel
 # NAME's module with that change to its configuration (k06_cluster@RELEASE=cta).
 DRIVER='import importlib, sys, torch, gemm_lessons as gl
+from gemm_lessons.compiled import variant
 n, dt = int(sys.argv[1]), getattr(torch, sys.argv[2])
 g = torch.Generator(device="cuda").manual_seed(0)
 a = torch.randn(n, n, device="cuda", generator=g).to(dt)
 b = torch.randn(n, n, device="cuda", generator=g).to(dt)
 for name in sys.argv[3:]:
-    name, _, change = name.partition("@")
+    name, change = variant(name)
     if change:
-        field, value = change.split("=")
         out = torch.empty(n, n, device="cuda", dtype=dt)
-        importlib.import_module(f"gemm_lessons.kernels.{name}").run(
-            a, b, None, out, config={field: int(value) if value.isdigit() else value})
+        importlib.import_module(f"gemm_lessons.kernels.{name}").run(a, b, None, out,
+                                                                    config=change)
     else:
         gl.matmul(a, b, kernel=name)
 torch.cuda.synchronize()'

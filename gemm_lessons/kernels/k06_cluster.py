@@ -13,8 +13,8 @@ its block of rank ``r`` computes columns ``r * BN`` onwards of each. Against ste
   stage's bytes on its own ``full`` barrier, as before;
 * a stage may be refilled only once it is read in *every* block (rank 0 writes into all of
   them): each consumer thread releases the stage on the ``empty`` barrier of every block of
-  the cluster (``mbarrier_arrive_cluster``), so ``empty`` counts the consumers of the whole
-  cluster, and every producer waits for all of them. The release is at cluster scope
+  the cluster, so ``empty`` counts the consumers of the whole cluster, and every producer
+  waits for all of them. The release is at cluster scope
   (``mbarrier_arrive_cluster_release``), which ptxas compiles with a ``MEMBAR.ALL.GPU``
   before every arrival; ``RELEASE='cta'`` builds the same kernel with releases at CTA
   scope (``mbarrier_arrive_cluster``, as CUTLASS's ``ClusterBarrier::arrive`` emits):
