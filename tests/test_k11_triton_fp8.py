@@ -10,7 +10,7 @@ from gemm_lessons.kernels import k11_triton_fp8 as k11
 
 GRAN = {"k11_fp8_tensorwise": ("tensor", "tensor"), "k11_fp8_rowwise": ("row", "col"),
         "k11_fp8_blockwise": ((1, 128), (128, 128)), "k11_fp8_rowwise_promoted": ("row", "col"),
-        "k11_fp8_rowwise_tma": ("row", "col")}
+        "k11_fp8_rowwise_tma": ("row", "col"), "k11_fp8_blockwise_tma": ((1, 128), (128, 128))}
 
 
 def _block(g):
@@ -54,7 +54,8 @@ def test_scaled_product_matches_float64(kernel, shape):
     assert fp8.rel_error(out.cpu(), ref) < TOL
 
 
-@pytest.mark.parametrize("kernel", ["k11_fp8_rowwise", "k11_fp8_blockwise", "k11_fp8_rowwise_tma"])
+@pytest.mark.parametrize("kernel", ["k11_fp8_rowwise", "k11_fp8_blockwise", "k11_fp8_rowwise_tma",
+                                    "k11_fp8_blockwise_tma"])
 def test_transposed_b_and_e5m2(kernel):
     if not gl.runs_here(kernel):
         pytest.skip(f"{kernel} does not run on this engine")
@@ -129,6 +130,29 @@ def test_promoting_kernels_compile_without_spills():
         if not asm["sass"]:
             pytest.skip("nvdisasm not found: no SASS to read")
         assert not re.search(r"\b(?:STL|LDL)\b", asm["sass"]), "registers spill to local memory"
+
+
+def test_block_tma_kernel_promotes_every_k_step_without_spills():
+    """sm_90: the TMA form of the block kernel compiles, in its GPU configuration and in the
+    two-programs-a-multiprocessor one, to TMA loads, a wgmma waited to zero before the
+    promotion's multiply-adds (one per element a thread holds), and no spills; and the
+    launcher counts two such programs a multiprocessor where both fit."""
+    import re
+    from gemm_lessons import triton_asm
+    small = k11.TileConfig(64, 128, 128, 4, 3)
+    jobs = [k11.asm_job(k11.blockwise_tma_kernel, "block"),
+            k11.asm_job(k11.blockwise_tma_kernel, "block", config=small)]
+    for cfg, asm in zip((k11.PROMOTED_CONFIG, small), triton_asm.compile_kernels(jobs)):
+        ptx = asm["ptx"]
+        assert "cp.async.bulk.tensor" in ptx
+        first_fma = ptx.index("fma.rn.f32")
+        assert re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx[:first_fma])[-1] == "0"
+        assert len(re.findall(r"\bfma\.rn\.f32", ptx)) == cfg.BM * cfg.BN // (32 * cfg.num_warps)
+        if asm["sass"]:
+            assert not re.search(r"\b(?:STL|LDL)\b", asm["sass"]), "registers spill"
+        fit = k11.resident_programs(cfg)
+        assert fit * (asm["shared"] + 1024) <= 228 * 1024, "more programs than shared memory holds"
+    assert (k11.resident_programs(k11.PROMOTED_CONFIG), k11.resident_programs(small)) == (1, 2)
 
 
 def test_plain_matmul_is_the_product_with_unit_scales():

@@ -39,6 +39,11 @@ tensor cores multiply the FP8 values; the scales are applied around that product
    transpose, the (N, K) weight of ``nn.Linear`` (``torch._scaled_mm``'s layout), and
    ``tl.dot`` takes ``bt.T``, a view. Operands a descriptor cannot address in place are
    copied into padded buffers first (``k08_triton_tma.tma_view``). Needs sm_90.
+6. ``blockwise_tma_kernel`` (**k11_fp8_blockwise_tma**): step 3's promotion on step 5's fast
+   path. Since one program waits for its tensor core before promoting, the launcher puts as
+   many programs on a multiprocessor as fit (:func:`resident_programs`: two of 64 x 128 on 4
+   warps), so that one program's multiply-adds can run while another's ``wgmma`` does.
+   Needs sm_90.
 
 Precision. On Hopper (sm_90), an FP8 ``wgmma`` adds its products into an accumulator that
 keeps about 14 significant bits, not fp32's 24 (measured by DeepSeek-V3 and SageAttention2;
@@ -86,11 +91,11 @@ from .k07_triton_swizzle import TileConfig, check_offsets, grouped_pid
 from .k08_triton_tma import persistent_programs, tma_view
 
 __all__ = ["tensorwise_kernel", "rowwise_kernel", "blockwise_kernel", "rowwise_promoted_kernel",
-           "rowwise_tma_kernel", "blockwise_two_step_kernel", "TWO_STEP_CONFIG",
-           "tile_pointers", "load_tiles", "store_tile",
+           "rowwise_tma_kernel", "blockwise_tma_kernel", "blockwise_two_step_kernel",
+           "TWO_STEP_CONFIG", "tile_pointers", "load_tiles", "store_tile",
            "FP8", "OUT_DTYPES", "SCALE_BLOCK", "GPU_CONFIG", "PROMOTED_CONFIG", "SIM_CONFIG",
-           "GROUP_SIZE_M", "gpu_config", "config_for", "scale_shapes", "unit_scales", "scaled",
-           "asm_job"]
+           "GROUP_SIZE_M", "gpu_config", "config_for", "resident_programs", "scale_shapes",
+           "unit_scales", "scaled", "asm_job"]
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32) + FP8
@@ -341,6 +346,39 @@ def rowwise_tma_kernel(
         c_desc.store([pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N], acc.to(c_desc.dtype))
 
 
+# ------------------------------------------------------------------ 6. block scales, on the fast path
+@triton.jit
+def blockwise_tma_kernel(
+        # TMA descriptors of A (M x K), of B's transpose (N x K) and of C; the block scales
+        a_desc, bt_desc, c_desc, scale_a_ptr, scale_b_ptr,
+        M, N, K,
+        stride_sam, stride_sak,            # scale_a: (M, ceil(K / 128))
+        stride_sbk, stride_sbn,            # scale_b: (ceil(K / 128), ceil(N / 128))
+        BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
+        GROUP_SIZE_M: tl.constexpr,
+        NUM_SMS: tl.constexpr,
+        SCALE_BLOCK: tl.constexpr,         # 128; BLOCK_SIZE_K and BLOCK_SIZE_N divide it
+):
+    start_pid = tl.program_id(axis=0)
+    num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
+    num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
+    k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
+    for tile_id in tl.range(start_pid, num_pid_m * num_pid_n, NUM_SMS, flatten=True):
+        pid_m, pid_n = grouped_pid(tile_id, num_pid_m, num_pid_n, GROUP_SIZE_M)
+        offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
+        sa_ptrs = scale_a_ptr + offs_am * stride_sam                        # (BLOCK_SIZE_M,)
+        sb_ptr = scale_b_ptr + (pid_n * BLOCK_SIZE_N // SCALE_BLOCK) * stride_sbn
+        acc = tl.zeros((BLOCK_SIZE_M, BLOCK_SIZE_N), dtype=tl.float32)
+        for ki in range(k_tiles):
+            kb = (ki * BLOCK_SIZE_K) // SCALE_BLOCK
+            scale = tl.load(sa_ptrs + kb * stride_sak) * tl.load(sb_ptr + kb * stride_sbk)
+            a = a_desc.load([pid_m * BLOCK_SIZE_M, ki * BLOCK_SIZE_K])
+            bt = bt_desc.load([pid_n * BLOCK_SIZE_N, ki * BLOCK_SIZE_K])
+            # step 3's promotion: the K-step alone, then one fp32 multiply-add per element
+            acc += tl.dot(a, bt.T) * scale[:, None]
+        c_desc.store([pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N], acc.to(c_desc.dtype))
+
+
 # ------------------------------------------------------------------ configurations
 # H200, scales in the epilogue: 128 x 256 tiles 128 deep (four 32-deep FP8 wgmma per
 # K-step), 3 stages of (16 + 32) KB. tools/sweep_fp8.py --configs times the alternatives.
@@ -357,7 +395,8 @@ TWO_STEP_CONFIG = TileConfig(128, 128, 128, 8, 2)
 # 128-wide scale block spans four K-steps and the suite's shapes span several tiles
 SIM_CONFIG = TileConfig(16, 16, 32, 1, 1)
 GROUP_SIZE_M = 8
-PROMOTING = (blockwise_kernel, rowwise_promoted_kernel, blockwise_two_step_kernel)
+PROMOTING = (blockwise_kernel, rowwise_promoted_kernel, blockwise_two_step_kernel,
+             blockwise_tma_kernel)
 
 
 def gpu_config(kernel):
@@ -393,21 +432,33 @@ def unit_scales(granularity, M, N, K, device):
             torch.ones(sb, dtype=torch.float32, device=device))
 
 
-def _launch(kernel, granularity, a, b, sa, sb, c, config):
-    M, K = a.shape
-    N = b.shape[1]
-    cfg = config or config_for(kernel)
+def _check_block_tile(granularity, cfg):
+    """Block scales: a K-step lies in one 128-deep scale block, a tile's columns in one
+    128-wide block of B."""
     if granularity == "block" and SCALE_BLOCK % cfg.BK:
         raise ValueError(f"BK={cfg.BK} must divide the scale block ({SCALE_BLOCK}): a K-step "
                          "may not straddle two scale blocks")
     if granularity == "block" and SCALE_BLOCK % cfg.BN:
         raise ValueError(f"BN={cfg.BN} must divide the scale block ({SCALE_BLOCK}): a tile's "
                          "columns share one block scale of B")
+
+
+def _scale_args(granularity, sa, sb):
+    """The scales' strides a kernel of this granularity takes, and its extra constants."""
+    if granularity == "tensor":
+        return (), {}
+    if granularity == "row":
+        return (sa.stride(0), sb.stride(1)), {}
+    return (sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1)), {"SCALE_BLOCK": SCALE_BLOCK}
+
+
+def _launch(kernel, granularity, a, b, sa, sb, c, config):
+    M, K = a.shape
+    N = b.shape[1]
+    cfg = config or config_for(kernel)
+    _check_block_tile(granularity, cfg)
     check_offsets(a, b, c)
-    scale_strides = (() if granularity == "tensor" else
-                     (sa.stride(0), sb.stride(1)) if granularity == "row" else
-                     (sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1)))
-    extra = {"SCALE_BLOCK": SCALE_BLOCK} if granularity == "block" else {}
+    scale_strides, extra = _scale_args(granularity, sa, sb)
     grid = (cdiv(M, cfg.BM) * cdiv(N, cfg.BN),)
     kernel[grid](a, b, c, sa, sb, M, N, K,
                  a.stride(0), a.stride(1), b.stride(0), b.stride(1), c.stride(0), c.stride(1),
@@ -415,6 +466,18 @@ def _launch(kernel, granularity, a, b, sa, sb, c, config):
                  BLOCK_SIZE_M=cfg.BM, BLOCK_SIZE_N=cfg.BN, BLOCK_SIZE_K=cfg.BK,
                  GROUP_SIZE_M=GROUP_SIZE_M, num_warps=cfg.num_warps,
                  num_stages=cfg.num_stages, **extra)
+
+
+def resident_programs(cfg, in_bytes=1, out_bytes=2):
+    """How many programs of ``cfg`` fit on one multiprocessor at once, by shared memory (228 KB
+    a multiprocessor: the operand stages and the output tile staged for its TMA store) and by
+    registers (65,536 a multiprocessor; a thread may take 255). Two programs of 64 x 128 on 4
+    warps fit, so that one promotes while the other's wgmma runs; 128 x 128 on 8 warps, one."""
+    smem = (cfg.num_stages * (cfg.BM + cfg.BN) * cfg.BK * in_bytes + cfg.BM * cfg.BN * out_bytes
+            + 1024)                                # barriers and alignment
+    by_smem = 228 * 1024 // smem
+    by_regs = 65536 // (255 * 32 * cfg.num_warps)
+    return max(1, min(by_smem, by_regs))
 
 
 def _launch_tma(kernel, granularity, a, b, sa, sb, c, config, sms=None):
@@ -426,21 +489,29 @@ def _launch_tma(kernel, granularity, a, b, sa, sb, c, config, sms=None):
     M, K = a.shape
     N = b.shape[1]
     cfg = config or config_for(kernel)
-    if config is None and c.element_size() == 4:
-        # an fp32 output tile (128 x 256 x 4 bytes = 128 KB, staged for its TMA store) and
-        # three stages of operands (3 x 48 KB) pass the 227 KB of shared memory: two stages
-        cfg = cfg._replace(num_stages=2)
-    sms = persistent_programs(c.device) if sms is None else sms
+    if config is None:
+        # the output tile is staged in shared memory for its TMA store: an fp32 one (128 x 256
+        # x 4 bytes = 128 KB) and three stages of operands (3 x 48 KB) pass the 227 KB there,
+        # so fewer stages
+        staged = cfg.BM * cfg.BN * c.element_size()
+        stage = (cfg.BM + cfg.BN) * cfg.BK * a.element_size()
+        fits = max(1, (227 * 1024 - staged) // stage)
+        cfg = cfg._replace(num_stages=min(cfg.num_stages, fits))
+    _check_block_tile(granularity, cfg)
+    scale_strides, extra = _scale_args(granularity, sa, sb)
+    if sms is None:
+        sms = persistent_programs(c.device) * resident_programs(cfg, a.element_size(),
+                                                                c.element_size())
     a, bt = tma_view(a), tma_view(b.t())
     out = tma_view(c, copy=False)
     descs = (TensorDescriptor.from_tensor(a, [cfg.BM, cfg.BK]),
              TensorDescriptor.from_tensor(bt, [cfg.BN, cfg.BK]),
              TensorDescriptor.from_tensor(out, [cfg.BM, cfg.BN]))
     tiles = cdiv(M, cfg.BM) * cdiv(N, cfg.BN)
-    kernel[(min(sms, tiles),)](*descs, sa, sb, M, N, K, sa.stride(0), sb.stride(1),
+    kernel[(min(sms, tiles),)](*descs, sa, sb, M, N, K, *scale_strides,
                                BLOCK_SIZE_M=cfg.BM, BLOCK_SIZE_N=cfg.BN, BLOCK_SIZE_K=cfg.BK,
                                GROUP_SIZE_M=GROUP_SIZE_M, NUM_SMS=sms,
-                               num_warps=cfg.num_warps, num_stages=cfg.num_stages)
+                               num_warps=cfg.num_warps, num_stages=cfg.num_stages, **extra)
     if out is not c:
         c.copy_(out)
 
@@ -492,6 +563,16 @@ def asm_job(kernel, granularity, dtype=torch.float8_e4m3fn, *, config=None, cc=(
                  "GROUP_SIZE_M": GROUP_SIZE_M}
     if granularity == "block":
         constants["SCALE_BLOCK"] = SCALE_BLOCK
+    if kernel in (rowwise_tma_kernel, blockwise_tma_kernel):
+        # descriptors of A, of B's transpose and of C in place of their pointers and strides;
+        # the grid of an H100's 132 multiprocessors
+        for gone in ("a_ptr", "b_ptr", "c_ptr", "stride_am", "stride_ak", "stride_bk",
+                     "stride_bn", "stride_cm", "stride_cn"):
+            del args[gone]
+        args.update(a_desc={"desc": name, "block": [cfg.BM, cfg.BK]},
+                    bt_desc={"desc": name, "block": [cfg.BN, cfg.BK]},
+                    c_desc={"desc": dtype_name(out_dtype), "block": [cfg.BM, cfg.BN]})
+        constants["NUM_SMS"] = 132
     return dict(fn=kernel, args=args, constants=constants, num_warps=cfg.num_warps,
                 num_stages=cfg.num_stages, cc=cc)
 
@@ -507,6 +588,8 @@ _STEPS = [
      "k11_fp8_rowwise with max_num_imprecise_acc=BLOCK_SIZE_K: fp32 promotion every K-step"),
     ("k11_fp8_rowwise_tma", rowwise_tma_kernel, "row", _launch_tma, (9, 0),
      "k11_fp8_rowwise on lesson 08's fast path: TMA descriptors, a persistent grid"),
+    ("k11_fp8_blockwise_tma", blockwise_tma_kernel, "block", _launch_tma, (9, 0),
+     "k11_fp8_blockwise on lesson 08's fast path: TMA descriptors, a persistent grid"),
 ]
 
 KERNELS = [
