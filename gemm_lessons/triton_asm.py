@@ -86,7 +86,9 @@ def _compile_here(qualname, args, constants, num_warps, num_stages, cc):
 def _gluon_layout(desc):
     """The shared layout Gluon gives a descriptor's block (its default swizzle)."""
     from triton.experimental.gluon import language as gl
-    return gl.NVMMASharedLayout.get_default_for(list(desc["block"]), getattr(gl, desc["desc"]))
+    dtype = {"float8_e4m3fn": "float8e4nv", "float8_e5m2": "float8e5"}.get(desc["desc"],
+                                                                          desc["desc"])
+    return gl.NVMMASharedLayout.get_default_for(list(desc["block"]), getattr(gl, dtype))
 
 
 def _sass(cubin):

@@ -10,7 +10,8 @@ from gemm_lessons.kernels import k11_triton_fp8 as k11
 
 GRAN = {"k11_fp8_tensorwise": ("tensor", "tensor"), "k11_fp8_rowwise": ("row", "col"),
         "k11_fp8_blockwise": ((1, 128), (128, 128)), "k11_fp8_rowwise_promoted": ("row", "col"),
-        "k11_fp8_rowwise_tma": ("row", "col"), "k11_fp8_blockwise_tma": ((1, 128), (128, 128))}
+        "k11_fp8_rowwise_tma": ("row", "col"), "k11_fp8_blockwise_tma": ((1, 128), (128, 128)),
+        "k11_fp8_blockwise_ws": ((1, 128), (128, 128))}
 
 
 def _block(g):
@@ -55,7 +56,7 @@ def test_scaled_product_matches_float64(kernel, shape):
 
 
 @pytest.mark.parametrize("kernel", ["k11_fp8_rowwise", "k11_fp8_blockwise", "k11_fp8_rowwise_tma",
-                                    "k11_fp8_blockwise_tma"])
+                                    "k11_fp8_blockwise_tma", "k11_fp8_blockwise_ws"])
 def test_transposed_b_and_e5m2(kernel):
     if not gl.runs_here(kernel):
         pytest.skip(f"{kernel} does not run on this engine")
@@ -153,6 +154,34 @@ def test_block_tma_kernel_promotes_every_k_step_without_spills():
         fit = k11.resident_programs(cfg)
         assert fit * (asm["shared"] + 1024) <= 228 * 1024, "more programs than shared memory holds"
     assert (k11.resident_programs(k11.PROMOTED_CONFIG), k11.resident_programs(small)) == (1, 2)
+
+
+def test_gluon_block_kernel_has_two_consumers_out_of_step():
+    """sm_90: the Gluon kernel's two consumer warpgroups each promote 64 rows (64 x 128 over
+    128 threads: 64 multiply-adds a thread each), each after its own ``wgmma.wait_group 0``,
+    and each releases a slot by one predicated arrive after a barrier of its own 128 threads
+    (named barriers, never the whole program's), so neither waits for the other."""
+    import re
+    from gemm_lessons import triton_asm
+    from gemm_lessons.kernels import k11_gluon_fp8 as ws
+    asm = triton_asm.compile_kernels([ws.asm_job()])[0]
+    ptx = asm["ptx"]
+    assert len(re.findall(r"\bfma\.rn\.f32", ptx)) == 2 * 64 * 128 // 128
+    assert re.findall(r"wgmma\.wait_group\.sync\.aligned (\d+)", ptx) == ["0", "0"]
+    releases = re.findall(r"bar\.sync\s+(\d+), (\d+);\s*(?://.*\s*)*@%p\d+ mbarrier\.arrive\.shared",
+                          ptx)
+    assert len(releases) == 2 and {n for _, n in releases} == {"128"}
+    assert len({i for i, _ in releases}) == 2, "the two consumers share a barrier"
+    assert asm["shared"] >= ws.WS_CONFIG.num_stages * 2 * 128 * 128
+    if asm["sass"]:
+        assert not re.search(r"\b(?:STL|LDL)\b", asm["sass"]), "registers spill"
+
+
+def test_gluon_block_kernel_refuses_tiles_it_cannot_split():
+    from gemm_lessons.kernels import k11_gluon_fp8 as ws
+    with pytest.raises(ValueError, match="two warpgroups of 64 rows"):
+        ws._launch_ws(None, "block", None, None, None, None, None,
+                      k11.TileConfig(64, 128, 128, 4, 4))
 
 
 def test_plain_matmul_is_the_product_with_unit_scales():

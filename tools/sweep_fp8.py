@@ -17,7 +17,7 @@ What it does, in one process, printing its progress:
    every timed shape, against float64 of the dequantized operands (a wrong product is
    reported and not timed);
 2. times, batches interleaved in one ``harness.time_cuda_many`` call per shape: the five
-   FP8 kernels of lesson 11 (``k11_fp8_rowwise_tma`` and ``k11_fp8_blockwise_tma`` on Hopper only), ``torch._scaled_mm`` with per-tensor and row-wise scales (with
+   FP8 kernels of lesson 11 (``k11_fp8_rowwise_tma``, ``k11_fp8_blockwise_tma`` and ``k11_fp8_blockwise_ws`` on Hopper only), ``torch._scaled_mm`` with per-tensor and row-wise scales (with
    ``use_fast_accum`` False and True), the course's bf16 GEMM (``k08_triton_tma``) and
    cuBLAS bf16 (``torch.mm``); once as calls (direct: the host's cost included) and once
    replayed from CUDA graphs (``graph=True``: GPU time alone). Shapes: 4096 and 8192 cubes,
@@ -86,7 +86,8 @@ KERNELS = {"k11_fp8_tensorwise": ("tensor", "tensor", "tensorwise_fast"),
            "k11_fp8_rowwise_promoted": ("row", "col", "rowwise"),
            "k11_fp8_blockwise": ((1, 128), (128, 128), "rowwise"),
            "k11_fp8_rowwise_tma": ("row", "col", "rowwise_fast"),
-           "k11_fp8_blockwise_tma": ((1, 128), (128, 128), "rowwise")}
+           "k11_fp8_blockwise_tma": ((1, 128), (128, 128), "rowwise"),
+           "k11_fp8_blockwise_ws": ((1, 128), (128, 128), "rowwise")}
 CONFIGS = [TileConfig(128, 256, 128, 8, 3), TileConfig(128, 256, 128, 8, 4),
            TileConfig(128, 256, 64, 8, 4), TileConfig(128, 128, 128, 4, 4),
            TileConfig(256, 128, 128, 8, 3), TileConfig(64, 256, 128, 4, 4)]
@@ -97,10 +98,14 @@ CONFIGS = [TileConfig(128, 256, 128, 8, 3), TileConfig(128, 256, 128, 8, 4),
 PROMOTED_CONFIGS = [TileConfig(128, 128, 128, 8, 4), TileConfig(128, 128, 128, 8, 3),
                     TileConfig(64, 128, 128, 4, 4), TileConfig(64, 128, 128, 4, 3),
                     TileConfig(128, 64, 128, 4, 4), TileConfig(128, 128, 64, 8, 4)]
+# the Gluon kernel: two warpgroups of 64 rows, K-steps of one scale block; the ring's depth
+WS_CONFIGS = [TileConfig(128, 128, 128, 4, 5), TileConfig(128, 128, 128, 4, 4),
+              TileConfig(128, 128, 128, 4, 6), TileConfig(128, 64, 128, 4, 6)]
 # the kernels --configs times, with their lists of configurations
 CONFIG_KERNELS = {"k11_fp8_rowwise": CONFIGS, "k11_fp8_blockwise": PROMOTED_CONFIGS,
                   "k11_fp8_rowwise_promoted": PROMOTED_CONFIGS,
-                  "k11_fp8_blockwise_tma": PROMOTED_CONFIGS}
+                  "k11_fp8_blockwise_tma": PROMOTED_CONFIGS,
+                  "k11_fp8_blockwise_ws": WS_CONFIGS}
 ERROR_K = (512, 1024, 2048, 4096, 8192, 16384)
 ERROR_FIELDS = ["kernel", "data", "M", "N", "K", "rel_error", "device", "versions"]
 
@@ -238,10 +243,10 @@ def time_shape(M, N, K, dev, timeit, dry, rows, versions, device, kernels=tuple(
         for name, (_, _, base) in KERNELS.items():
             add(name, name, base, f"torch._scaled_mm {base.replace('_fast', '')} "
                                   f"use_fast_accum={base.endswith('_fast')}")
-        for block in ("k11_fp8_blockwise", "k11_fp8_blockwise_tma"):
+        for block in ("k11_fp8_blockwise", "k11_fp8_blockwise_tma", "k11_fp8_blockwise_ws"):
             add(f"{block}:vs_rowwise", block, "k11_fp8_rowwise", "k11_fp8_rowwise")
         for name in ("k11_fp8_blockwise", "k11_fp8_rowwise", "k11_fp8_rowwise_promoted",
-                     "k11_fp8_rowwise_tma", "k11_fp8_blockwise_tma"):
+                     "k11_fp8_rowwise_tma", "k11_fp8_blockwise_tma", "k11_fp8_blockwise_ws"):
             if name in ms and "bf16_course" in ms:
                 rows.append(results.row(f"{name}:vs_bf16{tag}", 11, E4M3, M, N, K, ms[name],
                                         ms["bf16_course"], device=device,
@@ -273,7 +278,7 @@ def time_configs(sizes, dev, timeit, rows, versions, device, kernels=tuple(KERNE
              "torch._scaled_mm rowwise use_fast_accum=True")]
     plan += [(k, configs_of(k, kernels), "k11_fp8_rowwise", "k11_fp8_rowwise")
              for k in ("k11_fp8_blockwise", "k11_fp8_rowwise_promoted",
-                       "k11_fp8_blockwise_tma")]
+                       "k11_fp8_blockwise_tma", "k11_fp8_blockwise_ws")]
     plan = [p for p in plan if p[1] and gl.runs_here(p[0])]
     for n in sizes:
         x, w = operands(n, n, n)

@@ -1,0 +1,196 @@
+"""Lesson 11, block scales with two consumer warpgroups out of step (Hopper; Gluon).
+
+``k11_fp8_blockwise`` promotes each K-step's product on the CUDA cores, and it must wait
+for the tensor core first (``wgmma.wait_group 0``): while a warpgroup multiplies and adds
+the K-step's ``sa * sb`` into its fp32 sum, its tensor core has nothing to do. In Triton's
+``tl`` the program's warpgroups wait together (every K-step ends in a barrier of all the
+program's warps before the slot is refilled), so they all promote at the same time too.
+
+Here the program's warps are given roles, as in ``k09_fused_ws`` (lesson 09), and the two
+halves of the 128-row tile belong to two **consumer warpgroups that never wait for each
+other**:
+
+- the **producer**, one warp, copies each K-step's A tile (128 x 128) and B tile (128 x 128,
+  from B's transpose: an FP8 ``wgmma`` reads both operands K-major) into a ring of
+  ``NUM_STAGES`` slots by TMA, each slot waiting for its ``empty`` barrier;
+- each **consumer** (four warps: one warpgroup), rows ``64 * HALF`` to ``64 * HALF + 63`` of
+  the tile, waits for the slot's ``ready`` barrier, multiplies its 64 rows of A by B from
+  zero (``use_acc=False``), waits for that ``wgmma`` alone, releases the slot (``empty``
+  counts two arrivals, one a consumer) and promotes: one fp32 multiply-add per element by
+  the K-step's scales, loaded before the wait.
+
+While one consumer promotes, the other's ``wgmma`` keeps the tensor core busy: DeepGEMM's
+schedule, from Python. Each consumer then stores its 64 rows (masked at M and N).
+
+Shapes: any M, N, K; TMA fills zeros outside the operands, and an operand it cannot address
+in place is copied into a padded buffer (``k08_triton_tma.tma_view``). Gluon compiles for
+the GPU only (Triton's interpreter cannot run it): off a Hopper GPU the API refuses this
+kernel, and ``k11_fp8_blockwise`` computes the same product there.
+"""
+from __future__ import annotations
+
+import torch
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared, mbarrier, tma, warpgroup_mma, warpgroup_mma_wait)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+from ..common import cdiv
+from ..fp8 import SCALE_BLOCK
+from . import Kernel
+from .k07_triton_swizzle import TileConfig, check_offsets, grouped_pid
+from .k08_triton_tma import tma_view
+from .k11_triton_fp8 import FP8, GROUP_SIZE_M, _plain, scaled
+
+__all__ = ["block_ws_kernel", "producer", "consumer", "WS_CONFIG", "launch_ws", "asm_job"]
+
+tma_load = getattr(tma, "async_load", None) or tma.async_copy_global_to_shared
+
+# 128 x 128 tiles 128 deep (a K-step is one scale block): two consumer warpgroups of 64 rows,
+# five slots of (16 + 16) KB
+WS_CONFIG = TileConfig(128, 128, 128, 4, 5)
+
+
+@gluon.jit
+def producer(a_desc, bt_desc, a_ring, b_ring, ready, empty, off_m, off_n, k_tiles,
+             BLOCK_SIZE_K: gl.constexpr, NUM_STAGES: gl.constexpr):
+    """One warp: each K-step's A and B tiles into the ring's slots."""
+    for i in range(k_tiles):
+        s = i % NUM_STAGES
+        # wait until both consumers have released the slot (the first pass waits on the
+        # phase before the first, which counts as complete)
+        mbarrier.wait(empty.index(s), ((i // NUM_STAGES) & 1) ^ 1)
+        mbarrier.expect(ready.index(s), a_desc.block_type.nbytes + bt_desc.block_type.nbytes)
+        tma_load(a_desc, [off_m, i * BLOCK_SIZE_K], ready.index(s), a_ring.index(s))
+        tma_load(bt_desc, [off_n, i * BLOCK_SIZE_K], ready.index(s), b_ring.index(s))
+
+
+@gluon.jit
+def consumer(a_ring, b_ring, ready, empty, scale_a_ptr, scale_b_ptr, c_ptr,
+             M, N, off_m, off_n, k_tiles, stride_sam, stride_sak, stride_sbk, stride_sbn,
+             stride_cm, stride_cn,
+             HALF: gl.constexpr, BLOCK_SIZE_N: gl.constexpr, NUM_STAGES: gl.constexpr,
+             SCALE_BLOCK: gl.constexpr):
+    """One warpgroup: 64 rows of the tile, promoted every K-step, then stored."""
+    ACC: gl.constexpr = gl.NVMMADistributedLayout(
+        version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_SIZE_N, 32])
+    rows = off_m + HALF * 64 + gl.arange(0, 64, layout=gl.SliceLayout(1, ACC))
+    cols = off_n + gl.arange(0, BLOCK_SIZE_N, layout=gl.SliceLayout(0, ACC))
+    sa_ptrs = scale_a_ptr + (rows % M) * stride_sam          # rows past M: any row's scales
+    sb_ptr = scale_b_ptr + (off_n // SCALE_BLOCK) * stride_sbn
+    zero = gl.zeros((64, BLOCK_SIZE_N), gl.float32, ACC)
+    acc = gl.zeros((64, BLOCK_SIZE_N), gl.float32, ACC)
+    for i in range(k_tiles):
+        s = i % NUM_STAGES
+        # the K-step's scales (one K block a step), loaded while the copies land
+        scale = gl.load(sa_ptrs + i * stride_sak) * gl.load(sb_ptr + i * stride_sbk)
+        mbarrier.wait(ready.index(s), (i // NUM_STAGES) & 1)
+        a = a_ring.index(s).slice(HALF * 64, 64)               # this warpgroup's 64 rows
+        b = b_ring.index(s).permute((1, 0))                    # (BK, BN), K-major
+        part = warpgroup_mma(a, b, zero, use_acc=False, is_async=True)
+        part = warpgroup_mma_wait(num_outstanding=0, deps=(part,))
+        mbarrier.arrive(empty.index(s))                        # this half is done with the slot
+        acc += part * scale[:, None]                           # the promotion
+    mask = (rows[:, None] < M) & (cols[None, :] < N)
+    gl.store(c_ptr + rows[:, None] * stride_cm + cols[None, :] * stride_cn,
+             acc.to(c_ptr.dtype.element_ty), mask=mask)
+
+
+@gluon.jit
+def block_ws_kernel(
+        a_desc, bt_desc, c_ptr, scale_a_ptr, scale_b_ptr,
+        M, N, K,
+        stride_sam, stride_sak, stride_sbk, stride_sbn,
+        stride_cm, stride_cn,
+        BLOCK_SIZE_M: gl.constexpr, BLOCK_SIZE_N: gl.constexpr, BLOCK_SIZE_K: gl.constexpr,
+        GROUP_SIZE_M: gl.constexpr, NUM_STAGES: gl.constexpr, SCALE_BLOCK: gl.constexpr):
+    pid_m, pid_n = grouped_pid(gl.program_id(axis=0), gl.cdiv(M, BLOCK_SIZE_M),
+                               gl.cdiv(N, BLOCK_SIZE_N), GROUP_SIZE_M)
+    off_m = pid_m * BLOCK_SIZE_M
+    off_n = pid_n * BLOCK_SIZE_N
+    k_tiles = gl.cdiv(K, BLOCK_SIZE_K)
+    a_ring = gl.allocate_shared_memory(a_desc.dtype, [NUM_STAGES] + a_desc.block_type.shape,
+                                       a_desc.layout)
+    b_ring = gl.allocate_shared_memory(bt_desc.dtype, [NUM_STAGES] + bt_desc.block_type.shape,
+                                       bt_desc.layout)
+    ready = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [NUM_STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(NUM_STAGES):
+        mbarrier.init(ready.index(s), count=1)
+        mbarrier.init(empty.index(s), count=2)      # released when both halves have read it
+    fence_async_shared()
+    gl.warp_specialize([
+        (consumer, (a_ring, b_ring, ready, empty, scale_a_ptr, scale_b_ptr, c_ptr, M, N, off_m,
+                    off_n, k_tiles, stride_sam, stride_sak, stride_sbk, stride_sbn, stride_cm,
+                    stride_cn, 0, BLOCK_SIZE_N, NUM_STAGES, SCALE_BLOCK)),
+        (consumer, (a_ring, b_ring, ready, empty, scale_a_ptr, scale_b_ptr, c_ptr, M, N, off_m,
+                    off_n, k_tiles, stride_sam, stride_sak, stride_sbk, stride_sbn, stride_cm,
+                    stride_cn, 1, BLOCK_SIZE_N, NUM_STAGES, SCALE_BLOCK)),
+        (producer, (a_desc, bt_desc, a_ring, b_ring, ready, empty, off_m, off_n, k_tiles,
+                    BLOCK_SIZE_K, NUM_STAGES)),
+    ], [4, 1])
+    for s in gl.static_range(NUM_STAGES):
+        mbarrier.invalidate(ready.index(s))
+        mbarrier.invalidate(empty.index(s))
+
+
+_GL_DTYPE = {torch.float8_e4m3fn: gl.float8e4nv, torch.float8_e5m2: gl.float8e5}
+
+
+def _descriptor(t, rows, cols):
+    """A Gluon TMA descriptor of the 2-D row-major ``t`` in (rows, cols) blocks."""
+    layout = gl.NVMMASharedLayout.get_default_for([rows, cols], _GL_DTYPE[t.dtype])
+    return TensorDescriptor(t, list(t.shape), list(t.stride()), [rows, cols], layout)
+
+
+def _launch_ws(kernel, granularity, a, b, sa, sb, c, config):
+    """``c = (a * sa) @ (b * sb)`` with block scales; A and B's transpose read by TMA (copied
+    into padded buffers where it cannot address them in place)."""
+    cfg = config or WS_CONFIG
+    if (cfg.BM, cfg.num_warps) != (128, 4) or cfg.BK != SCALE_BLOCK or SCALE_BLOCK % cfg.BN:
+        raise ValueError(f"{cfg}: two warpgroups of 64 rows (BM=128, 4 warps each), one scale "
+                         f"block a K-step (BK={SCALE_BLOCK}), BN dividing {SCALE_BLOCK}")
+    M, K = a.shape
+    N = b.shape[1]
+    check_offsets(c)                       # the output's 32-bit offsets (its pointer store)
+    a, bt = tma_view(a), tma_view(b.t())
+    grid = (cdiv(M, cfg.BM) * cdiv(N, cfg.BN),)
+    kernel[grid](_descriptor(a, cfg.BM, cfg.BK), _descriptor(bt, cfg.BN, cfg.BK), c, sa, sb,
+                 M, N, K, sa.stride(0), sa.stride(1), sb.stride(0), sb.stride(1),
+                 c.stride(0), c.stride(1),
+                 BLOCK_SIZE_M=cfg.BM, BLOCK_SIZE_N=cfg.BN, BLOCK_SIZE_K=cfg.BK,
+                 GROUP_SIZE_M=GROUP_SIZE_M, NUM_STAGES=cfg.num_stages,
+                 SCALE_BLOCK=SCALE_BLOCK, num_warps=4)
+
+
+launch_ws = scaled(block_ws_kernel, "block", _launch_ws)
+
+
+def asm_job(config=WS_CONFIG, dtype=torch.float8_e4m3fn, size=4096, out_dtype=torch.bfloat16,
+            cc=(9, 0)):
+    """The compilation of ``config`` for ``cc`` on contiguous ``size``-cubed operands (for
+    :func:`gemm_lessons.triton_asm.compile_kernels`)."""
+    from ..common import dtype_name
+    name = dtype_name(dtype)
+    kb = cdiv(size, SCALE_BLOCK)
+    args = {"a_desc": {"desc": name, "block": [config.BM, config.BK]},
+            "bt_desc": {"desc": name, "block": [config.BN, config.BK]},
+            "c_ptr": dtype_name(out_dtype), "scale_a_ptr": "float32", "scale_b_ptr": "float32",
+            "M": size, "N": size, "K": size, "stride_sam": kb, "stride_sak": 1,
+            "stride_sbk": kb, "stride_sbn": 1, "stride_cm": size, "stride_cn": 1}
+    constants = {"BLOCK_SIZE_M": config.BM, "BLOCK_SIZE_N": config.BN,
+                 "BLOCK_SIZE_K": config.BK, "GROUP_SIZE_M": GROUP_SIZE_M,
+                 "NUM_STAGES": config.num_stages, "SCALE_BLOCK": SCALE_BLOCK}
+    return dict(fn=block_ws_kernel, args=args, constants=constants, num_warps=4,
+                num_stages=config.num_stages, cc=cc)
+
+
+KERNELS = [
+    Kernel("k11_fp8_blockwise_ws", 11, "triton", FP8,
+           "k11_fp8_blockwise with a producer warp and two consumer warpgroups out of step, "
+           "one promoting while the other's wgmma runs (Hopper, Gluon)",
+           launch=_plain(launch_ws, "block"), scaled=launch_ws, scales="block",
+           source=block_ws_kernel, min_cc=(9, 0), cc_below=(10, 0), simulator=False,
+           in_ladder=False, step=7, configs={"gpu": WS_CONFIG}),
+]
