@@ -349,20 +349,21 @@ def rowwise_tma_kernel(
 # ------------------------------------------------------------------ 6. block scales, on the fast path
 @triton.jit
 def blockwise_tma_kernel(
-        # TMA descriptors of A (M x K), of B's transpose (N x K) and of C; the block scales
+        # TMA descriptors of A (M x K), of B's transpose (N x K: W of nn.Linear) and of C
         a_desc, bt_desc, c_desc, scale_a_ptr, scale_b_ptr,
         M, N, K,
         stride_sam, stride_sak,            # scale_a: (M, ceil(K / 128))
         stride_sbk, stride_sbn,            # scale_b: (ceil(K / 128), ceil(N / 128))
         BLOCK_SIZE_M: tl.constexpr, BLOCK_SIZE_N: tl.constexpr, BLOCK_SIZE_K: tl.constexpr,
         GROUP_SIZE_M: tl.constexpr,
-        NUM_SMS: tl.constexpr,
+        NUM_SMS: tl.constexpr,             # the loop's step; the grid is min(NUM_SMS, tiles)
         SCALE_BLOCK: tl.constexpr,         # 128; BLOCK_SIZE_K and BLOCK_SIZE_N divide it
 ):
     start_pid = tl.program_id(axis=0)
     num_pid_m = tl.cdiv(M, BLOCK_SIZE_M)
     num_pid_n = tl.cdiv(N, BLOCK_SIZE_N)
     k_tiles = tl.cdiv(K, BLOCK_SIZE_K)
+    # persistent: this program takes tiles start_pid, start_pid + NUM_SMS, ... in grouped order
     for tile_id in tl.range(start_pid, num_pid_m * num_pid_n, NUM_SMS, flatten=True):
         pid_m, pid_n = grouped_pid(tile_id, num_pid_m, num_pid_n, GROUP_SIZE_M)
         offs_am = (pid_m * BLOCK_SIZE_M + tl.arange(0, BLOCK_SIZE_M)) % M
@@ -372,8 +373,9 @@ def blockwise_tma_kernel(
         for ki in range(k_tiles):
             kb = (ki * BLOCK_SIZE_K) // SCALE_BLOCK
             scale = tl.load(sa_ptrs + kb * stride_sak) * tl.load(sb_ptr + kb * stride_sbk)
+            # one bulk copy per tile; outside the operand the copy engine fills zeros
             a = a_desc.load([pid_m * BLOCK_SIZE_M, ki * BLOCK_SIZE_K])
-            bt = bt_desc.load([pid_n * BLOCK_SIZE_N, ki * BLOCK_SIZE_K])
+            bt = bt_desc.load([pid_n * BLOCK_SIZE_N, ki * BLOCK_SIZE_K])   # K-major, as wgmma wants FP8
             # step 3's promotion: the K-step alone, then one fp32 multiply-add per element
             acc += tl.dot(a, bt.T) * scale[:, None]
         c_desc.store([pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N], acc.to(c_desc.dtype))
