@@ -82,16 +82,16 @@ record ncu_k05_wmma_stalls.txt \
         --metrics sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active \
         python -c "$DRIVER" 4096 float16 k05_wmma
 
-# Lesson 06, step 10: why clusters with a multicast A do not pay here, fp16 at 8192^3, one
-# launch of step 8's kernel (k06_tma_store) and one of step 10's (k06_cluster, clusters of
-# two along N, its releases at cluster scope): throughput, launch shape (cluster size),
+# Lesson 06, step 10: what clusters with a multicast A cost, fp16 at 8192^3, one launch of
+# step 8's kernel (k06_tma_store) and one of step 10's (k06_cluster, clusters of two along N)
+# with each scope of its remote releases (cluster, then CTA): throughput, launch shape (cluster size),
 # occupancy, warp stalls, the memory side (L2 hit rate, bytes read from DRAM)
 record ncu_k06_cluster.txt \
-    ncu -k 'regex:tma_store|cluster' --launch-count 2 \
+    ncu -k 'regex:tma_store|cluster' --launch-count 3 \
         --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
         --section MemoryWorkloadAnalysis \
         --metrics lts__t_sector_hit_rate.pct,dram__bytes_read.sum,gpu__time_duration.sum \
-        python -c "$DRIVER" 8192 float16 k06_tma_store k06_cluster
+        python -c "$DRIVER" 8192 float16 k06_tma_store k06_cluster k06_cluster@RELEASE=cta
 
 # Lesson 07: the L2 side of the tile order, fp16, one launch of each order at 4096^3 and at
 # 8192^3 (grouped, GROUP_SIZE_M=8, then row-major, at each size): L2 hit rate, bytes read
