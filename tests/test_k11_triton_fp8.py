@@ -177,11 +177,28 @@ def test_gluon_block_kernel_has_two_consumers_out_of_step():
         assert not re.search(r"\b(?:STL|LDL)\b", asm["sass"]), "registers spill"
 
 
-def test_gluon_block_kernel_refuses_tiles_it_cannot_split():
+@pytest.mark.parametrize("cfg", [(64, 128, 128, 4, 4), (128, 4, 128, 4, 4), (128, 128, 64, 4, 4),
+                                 (128, 128, 128, 4, 0)])
+def test_gluon_block_kernel_refuses_tiles_it_cannot_split(cfg):
     from gemm_lessons.kernels import k11_gluon_fp8 as ws
     with pytest.raises(ValueError, match="two warpgroups of 64 rows"):
-        ws._launch_ws(None, "block", None, None, None, None, None,
-                      k11.TileConfig(64, 128, 128, 4, 4))
+        ws._launch_ws(None, "block", None, None, None, None, None, k11.TileConfig(*cfg))
+
+
+@pytest.mark.parametrize("kernel,config", [
+    ("k11_fp8_blockwise_ws", None), ("k11_fp8_blockwise_ws", (128, 64, 128, 4, 6)),
+    ("k11_fp8_blockwise_tma", None), ("k11_fp8_blockwise_tma", (64, 128, 128, 4, 3))])
+def test_block_kernels_wrap_their_rings(kernel, config):
+    """Twelve K-steps (two passes round a ring of five or six slots: the second-round
+    parities), several tiles each way and ragged edges, in each configuration."""
+    if not gl.runs_here(kernel) or gl.engine().kind != "cuda":
+        pytest.skip(f"{kernel}: a GPU test (the interpreter has no ring)")
+    qa, qb, sa, sb, ref = _operands(300, 260, 1500, kernel, b_layout="transposed")
+    out = torch.full((300, 260), float("nan"), dtype=torch.float32, device=gl.device())
+    entry = next(k for k in gl.kernels() if k.name == kernel)
+    entry.scaled(qa, qb, sa, sb, out, config=k11.TileConfig(*config) if config else None)
+    assert not torch.isnan(out).any(), "an element was never written"
+    assert fp8.rel_error(out.cpu(), ref) < TOL
 
 
 def test_plain_matmul_is_the_product_with_unit_scales():

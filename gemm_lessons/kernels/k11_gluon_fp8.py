@@ -148,9 +148,11 @@ def _launch_ws(kernel, granularity, a, b, sa, sb, c, config):
     """``c = (a * sa) @ (b * sb)`` with block scales; A and B's transpose read by TMA (copied
     into padded buffers where it cannot address them in place)."""
     cfg = config or WS_CONFIG
-    if (cfg.BM, cfg.num_warps) != (128, 4) or cfg.BK != SCALE_BLOCK or SCALE_BLOCK % cfg.BN:
+    if ((cfg.BM, cfg.num_warps) != (128, 4) or cfg.BK != SCALE_BLOCK
+            or cfg.BN not in (16, 32, 64, 128) or cfg.num_stages < 1):
         raise ValueError(f"{cfg}: two warpgroups of 64 rows (BM=128, 4 warps each), one scale "
-                         f"block a K-step (BK={SCALE_BLOCK}), BN dividing {SCALE_BLOCK}")
+                         f"block a K-step (BK={SCALE_BLOCK}), BN one of 16, 32, 64 or 128 (a "
+                         "wgmma's N that divides the scale block), at least one slot")
     M, K = a.shape
     N = b.shape[1]
     check_offsets(c)                       # the output's 32-bit offsets (its pointer store)
