@@ -41,7 +41,7 @@ from ..fp8 import SCALE_BLOCK
 from . import Kernel
 from .k07_triton_swizzle import TileConfig, check_offsets, grouped_pid
 from .k08_triton_tma import tma_view
-from .k11_triton_fp8 import FP8, GROUP_SIZE_M, _plain, scaled
+from .k11_triton_fp8 import FP8, GROUP_SIZE_M, plain, scaled
 
 __all__ = ["block_ws_kernel", "producer", "consumer", "WS_CONFIG", "launch_ws", "asm_job"]
 
@@ -192,7 +192,7 @@ KERNELS = [
     Kernel("k11_fp8_blockwise_ws", 11, "triton", FP8,
            "k11_fp8_blockwise with a producer warp and two consumer warpgroups out of step, "
            "one promoting while the other's wgmma runs (Hopper, Gluon)",
-           launch=_plain(launch_ws, "block"), scaled=launch_ws, scales="block",
+           launch=plain(launch_ws, "block"), scaled=launch_ws, scales="block",
            source=block_ws_kernel, min_cc=(9, 0), cc_below=(10, 0), simulator=False,
-           in_ladder=False, step=7, configs={"gpu": WS_CONFIG}),
+           in_ladder=False, step=7),
 ]

@@ -95,7 +95,7 @@ __all__ = ["tensorwise_kernel", "rowwise_kernel", "blockwise_kernel", "rowwise_p
            "TWO_STEP_CONFIG", "tile_pointers", "load_tiles", "store_tile",
            "FP8", "OUT_DTYPES", "SCALE_BLOCK", "GPU_CONFIG", "PROMOTED_CONFIG", "SIM_CONFIG",
            "GROUP_SIZE_M", "gpu_config", "config_for", "resident_programs", "scale_shapes",
-           "unit_scales", "scaled", "asm_job"]
+           "unit_scales", "scaled", "plain", "asm_job"]
 
 FP8 = (torch.float8_e4m3fn, torch.float8_e5m2)
 OUT_DTYPES = (torch.bfloat16, torch.float16, torch.float32) + FP8
@@ -536,7 +536,7 @@ def scaled(kernel, granularity, how=_launch):
     return launch
 
 
-def _plain(launch, granularity):
+def plain(launch, granularity):
     """The registry's ``launch(a, b, c)``: ``c = a @ b`` with every scale 1."""
     def matmul(a, b, c):
         sa, sb = unit_scales(granularity, a.shape[0], b.shape[1], a.shape[1], a.device)
@@ -595,7 +595,7 @@ _STEPS = [
 ]
 
 KERNELS = [
-    Kernel(name, 11, "triton", FP8, summary, launch=_plain(scaled(fn, gran, how), gran),
+    Kernel(name, 11, "triton", FP8, summary, launch=plain(scaled(fn, gran, how), gran),
            source=fn, min_cc=cc, in_ladder=False, step=i + 1,
            configs={"gpu": gpu_config(fn), "simulator": SIM_CONFIG},
            scaled=scaled(fn, gran, how), scales=gran)
