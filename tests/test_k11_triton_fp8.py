@@ -140,9 +140,10 @@ def test_block_tma_kernel_promotes_every_k_step_without_spills():
     launcher counts two such programs a multiprocessor where both fit."""
     import re
     from gemm_lessons import triton_asm
-    small = k11.TileConfig(64, 128, 128, 4, 3)
-    jobs = [k11.asm_job(k11.blockwise_tma_kernel, "block"),
-            k11.asm_job(k11.blockwise_tma_kernel, "block", config=small)]
+    small = k11.gpu_config(k11.blockwise_tma_kernel)
+    assert small == k11.BLOCK_TMA_CONFIG
+    jobs = [k11.asm_job(k11.blockwise_tma_kernel, "block", config=k11.PROMOTED_CONFIG),
+            k11.asm_job(k11.blockwise_tma_kernel, "block")]
     for cfg, asm in zip((k11.PROMOTED_CONFIG, small), triton_asm.compile_kernels(jobs)):
         ptx = asm["ptx"]
         assert "cp.async.bulk.tensor" in ptx
@@ -187,7 +188,7 @@ def test_gluon_block_kernel_refuses_tiles_it_cannot_split(cfg):
 
 @pytest.mark.parametrize("kernel,config", [
     ("k11_fp8_blockwise_ws", None), ("k11_fp8_blockwise_ws", (128, 64, 128, 4, 6)),
-    ("k11_fp8_blockwise_tma", None), ("k11_fp8_blockwise_tma", (64, 128, 128, 4, 3))])
+    ("k11_fp8_blockwise_tma", None), ("k11_fp8_blockwise_tma", (128, 128, 128, 8, 4))])
 def test_block_kernels_wrap_their_rings(kernel, config):
     """Twelve K-steps (two passes round a ring of five or six slots: the second-round
     parities), several tiles each way and ragged edges, in each configuration."""

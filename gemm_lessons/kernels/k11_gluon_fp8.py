@@ -7,8 +7,8 @@ the K-step's ``sa * sb`` into its fp32 sum, its tensor core has nothing to do. I
 program's warps before the slot is refilled), so they all promote at the same time too.
 
 Here the program's warps are given roles, as in ``k09_fused_ws`` (lesson 09), and the two
-halves of the 128-row tile belong to two **consumer warpgroups that never wait for each
-other**:
+halves of the 128-row tile belong to two **consumer warpgroups that do not wait for each
+other at each K-step** (the faster may run up to the ring's depth ahead):
 
 - the **producer**, one warp, copies each K-step's A tile (128 x 128) and B tile (128 x 128,
   from B's transpose: an FP8 ``wgmma`` reads both operands K-major) into a ring of
@@ -25,7 +25,7 @@ schedule, from Python. Each consumer then stores its 64 rows (masked at M and N)
 Shapes: any M, N, K; TMA fills zeros outside the operands, and an operand it cannot address
 in place is copied into a padded buffer (``k08_triton_tma.tma_view``). Gluon compiles for
 the GPU only (Triton's interpreter cannot run it): off a Hopper GPU the API refuses this
-kernel, and ``k11_fp8_blockwise`` computes the same product there.
+kernel and names ``k11_fp8_blockwise_tma``, which computes the same product there.
 """
 from __future__ import annotations
 

@@ -93,7 +93,8 @@ from .k08_triton_tma import persistent_programs, tma_view
 __all__ = ["tensorwise_kernel", "rowwise_kernel", "blockwise_kernel", "rowwise_promoted_kernel",
            "rowwise_tma_kernel", "blockwise_tma_kernel", "blockwise_two_step_kernel",
            "TWO_STEP_CONFIG", "tile_pointers", "load_tiles", "store_tile",
-           "FP8", "OUT_DTYPES", "SCALE_BLOCK", "GPU_CONFIG", "PROMOTED_CONFIG", "SIM_CONFIG",
+           "FP8", "OUT_DTYPES", "SCALE_BLOCK", "GPU_CONFIG", "PROMOTED_CONFIG", "BLOCK_TMA_CONFIG",
+           "SIM_CONFIG",
            "GROUP_SIZE_M", "gpu_config", "config_for", "resident_programs", "scale_shapes",
            "unit_scales", "scaled", "plain", "asm_job"]
 
@@ -376,7 +377,7 @@ def blockwise_tma_kernel(
             # one bulk copy per tile; outside the operand the copy engine fills zeros
             a = a_desc.load([pid_m * BLOCK_SIZE_M, ki * BLOCK_SIZE_K])
             bt = bt_desc.load([pid_n * BLOCK_SIZE_N, ki * BLOCK_SIZE_K])   # K-major, as wgmma wants FP8
-            # step 3's promotion: the K-step alone, then one fp32 multiply-add per element
+            # the block kernel's promotion: the K-step alone, then one multiply-add an element
             acc += tl.dot(a, bt.T) * scale[:, None]
         c_desc.store([pid_m * BLOCK_SIZE_M, pid_n * BLOCK_SIZE_N], acc.to(c_desc.dtype))
 
@@ -391,6 +392,9 @@ GPU_CONFIG = TileConfig(128, 256, 128, 8, 3)
 # 128 x 128 over 256 threads is 2 x 64 (ptxas: 182 registers, no spills), one K-step per
 # 128-wide scale block, and a tile's columns share one scale of B; 4 stages of (16 + 16) KB.
 PROMOTED_CONFIG = TileConfig(128, 128, 128, 8, 4)
+# blockwise_tma_kernel: 64 x 128 tiles on one warpgroup, 3 stages of (8 + 16) KB and the
+# output tile staged for its TMA store: two programs a multiprocessor (resident_programs)
+BLOCK_TMA_CONFIG = TileConfig(64, 128, 128, 4, 3)
 # blockwise_two_step_kernel: two K-steps' tiles per stage, 2 x (16 + 16) KB; 2 stages
 TWO_STEP_CONFIG = TileConfig(128, 128, 128, 8, 2)
 # the interpreter: 16 x 16 tiles 32 deep (FP8 dots need K >= 32 on a GPU, kept here), so a
@@ -403,9 +407,12 @@ PROMOTING = (blockwise_kernel, rowwise_promoted_kernel, blockwise_two_step_kerne
 
 def gpu_config(kernel):
     """The GPU configuration of ``kernel``: PROMOTED_CONFIG for the kernels that promote in
-    the K loop (TWO_STEP_CONFIG for the two-step one), GPU_CONFIG for the others."""
+    the K loop (TWO_STEP_CONFIG for the two-step one, BLOCK_TMA_CONFIG for the TMA one),
+    GPU_CONFIG for the others."""
     if kernel is blockwise_two_step_kernel:
         return TWO_STEP_CONFIG
+    if kernel is blockwise_tma_kernel:
+        return BLOCK_TMA_CONFIG
     return PROMOTED_CONFIG if kernel in PROMOTING else GPU_CONFIG
 
 
