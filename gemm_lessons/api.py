@@ -486,7 +486,32 @@ def _check_scale(what, s, want, a, why):
         raise ValueError(f"{what} has shape {tuple(s.shape)}; this kernel takes {why}")
 
 
-def scaled_matmul(a, b, scale_a, scale_b, kernel="k11_fp8_rowwise", *,
+def _validate_scales_given(*scales):
+    for what, s in zip(("scale_a", "scale_b"), scales):
+        if not isinstance(s, torch.Tensor):
+            raise TypeError(f"{what} must be a torch.Tensor, got {type(s).__name__}")
+
+
+def _is_2d(a, b):
+    return (isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor) and a.dim() == 2
+            and b.dim() == 2)
+
+
+def _scale_shapes_message(a, b, scale_a, scale_b):
+    """The error of kernel="auto" where the scales' shapes name no granularity."""
+    if not _is_2d(a, b):
+        return "scaled_matmul takes 2-D a (M, K) and b (K, N)"
+    from .fp8 import SCALE_BLOCK
+    M, K = a.shape
+    N = b.shape[1]
+    kb, nb = -(-K // SCALE_BLOCK), -(-N // SCALE_BLOCK)
+    return (f"scale_a {tuple(scale_a.shape)} and scale_b {tuple(scale_b.shape)} name no "
+            f"granularity for a {M} x {K} @ {K} x {N} product: one number each (per tensor), "
+            f"({M}, 1) and (1, {N}) (per row and column), or ({M}, {kb}) and ({kb}, {nb}) "
+            f"(per 1 x {SCALE_BLOCK} block of A and {SCALE_BLOCK} x {SCALE_BLOCK} block of B)")
+
+
+def scaled_matmul(a, b, scale_a, scale_b, kernel="auto", *,
                   out_dtype=torch.bfloat16, out=None):
     """``(a * scale_a) @ (b * scale_b)`` with an FP8 kernel of lesson 11, in ``out_dtype``.
 
@@ -497,13 +522,22 @@ def scaled_matmul(a, b, scale_a, scale_b, kernel="k11_fp8_rowwise", *,
     * "tensor" (``k11_fp8_tensorwise``): one number each (shape () or one element);
     * "row" (``k11_fp8_rowwise``, ``k11_fp8_rowwise_promoted``): ``scale_a`` (M, 1), one per
       row of A; ``scale_b`` (1, N), one per column of B (as ``torch._scaled_mm``);
-    * "block" (``k11_fp8_blockwise``): ``scale_a`` (M, ceil(K / 128)), one per 1 x 128 block
-      of A; ``scale_b`` (ceil(K / 128), ceil(N / 128)), one per 128 x 128 block of B.
+    * "block" (``k11_fp8_blockwise``, ``k11_fp8_blockwise_tma``, ``k11_fp8_blockwise_ws``):
+      ``scale_a`` (M, ceil(K / 128)), one per 1 x 128 block of A; ``scale_b``
+      (ceil(K / 128), ceil(N / 128)), one per 128 x 128 block of B.
+
+    ``kernel="auto"`` (the default) reads the granularity off the scales' shapes and runs
+    lesson 11's kernel for it on this engine (:func:`gemm_lessons.choose.scaled_kernel_for`).
 
     ``gemm_lessons.fp8.quantize`` makes operands and scales of every granularity. Returns a
     new contiguous (M, N) tensor of ``out_dtype`` (bf16, fp16, fp32 or an FP8 dtype), or
     writes into ``out``.
     """
+    if kernel == _choose.AUTO:
+        _validate_scales_given(scale_a, scale_b)
+        kernel = _choose.scaled_kernel_for(a, b, scale_a, scale_b) if _is_2d(a, b) else None
+        if kernel is None:
+            raise ValueError(_scale_shapes_message(a, b, scale_a, scale_b))
     entry = _entry(kernel)
     if entry.scaled is None:
         scaled = [k.name for k in _registry.entries() if k.scaled is not None]

@@ -35,6 +35,13 @@ engineer would ask:
    and its slices fill the GPU), else the TMA fused kernel; batched products the batched
    TMA kernel.
 
+7. **FP8 with scales?** ``gl.scaled_matmul(..., kernel="auto")`` reads the granularity off
+   the scales' shapes (one number each: per tensor; (M, 1) and (1, N): per row and column;
+   one per 1 x 128 block of A and 128 x 128 block of B: per block) and runs lesson 11's
+   kernel for it; per row, on Hopper, the kernel on lesson 08's fast path, which ran at
+   1.02x and 1.11x ``torch._scaled_mm`` at 4096 and 8192 on the H200 where the pointer
+   kernel ran at 0.85x and 0.98x (``h200_fp8.csv``). :func:`scaled_kernel_for`.
+
 :func:`kernel_for` returns the name; ``gl.matmul(a, b, kernel="auto")`` and
 ``gl.gemm(..., kernel="auto")`` run it (``gl.auto_kernel`` says which). The measurements
 behind each threshold are in ``gemm_lessons/results/h200_front_door.csv``, timed as a user
@@ -47,8 +54,8 @@ import torch
 from . import engines
 from .common import FULL_WAVES, cdiv, sm_count, wave_fill, wave_tile
 
-__all__ = ["AUTO", "kernel_for", "tma_addressable", "wide_loads", "wave_fill", "MANY_ROWS",
-           "SMALL"]
+__all__ = ["AUTO", "kernel_for", "scaled_kernel_for", "scale_granularity", "tma_addressable",
+           "wide_loads", "wave_fill", "MANY_ROWS", "SMALL"]
 
 AUTO = "auto"
 MANY_ROWS = 2048          # rows from which the unsplit TMA kernels may fill the GPU ...
@@ -101,3 +108,34 @@ def kernel_for(a, b, *, fused=False, batched=False):
     if full and tma_addressable(a) and tma_addressable(b.t()):
         return "k09_fused_tma"            # B = W.t(): a descriptor on W, no copy
     return "k08_triton_splitk"
+
+
+def scale_granularity(a, b, scale_a, scale_b):
+    """"tensor", "row" or "block": the granularity of FP8 scales, read off their shapes (see
+    ``gl.scaled_matmul``), or None where they match none. Where two readings coincide (a K
+    and an N of at most 128 make the block scales of B one number) they mean the same
+    product, and the coarser is taken."""
+    from .fp8 import SCALE_BLOCK
+    M, K = a.shape
+    N = b.shape[1]
+    sa, sb = tuple(scale_a.shape), tuple(scale_b.shape)
+    if scale_a.numel() == 1 and scale_b.numel() == 1 and len(sa) <= 1 and len(sb) <= 1:
+        return "tensor"
+    if sa == (M, 1) and sb == (1, N):
+        return "row"
+    kb, nb = cdiv(K, SCALE_BLOCK), cdiv(N, SCALE_BLOCK)
+    if sa == (M, kb) and sb == (kb, nb):
+        return "block"
+    return None
+
+
+def scaled_kernel_for(a, b, scale_a, scale_b):
+    """The FP8 kernel ``gl.scaled_matmul(..., kernel="auto")`` runs (rule 7 above), or None
+    where the scales' shapes match no granularity."""
+    gran = scale_granularity(a, b, scale_a, scale_b)
+    if gran is None:
+        return None
+    hopper = engines.on_gpu() and engines.engine().capability[0] == 9
+    return {"tensor": "k11_fp8_tensorwise",
+            "row": "k11_fp8_rowwise_tma" if hopper else "k11_fp8_rowwise",
+            "block": "k11_fp8_blockwise"}[gran]

@@ -251,3 +251,35 @@ def test_block_kernel_waits_for_the_tensor_core_before_promoting():
         pytest.skip("ptxas not found")
     assert any("C7514" in w for w in rep["warnings"]), rep["warnings"]
     assert not any("C7514" in w for w in compiled.ptxas_report(ptx, (9, 0), warnings=True)["warnings"])
+
+
+@pytest.mark.parametrize("gran,want", [("tensor", "k11_fp8_tensorwise"), ("row", "k11_fp8_rowwise"),
+                                       ("block", "k11_fp8_blockwise")])
+def test_auto_reads_the_granularity_off_the_scales(gran, want):
+    """kernel="auto" (scaled_matmul's default) runs the kernel of the scales' granularity
+    (per row on Hopper: the TMA kernel) and computes what that kernel computes."""
+    from gemm_lessons import choose
+    kernel = {"tensor": "k11_fp8_tensorwise", "row": "k11_fp8_rowwise",
+              "block": "k11_fp8_blockwise"}[gran]
+    qa, qb, sa, sb, ref = _operands(37, 140, 160, kernel)      # two K blocks, two of N
+    hopper = gl.engine().kind == "cuda" and gl.engine().capability[0] == 9
+    if hopper and gran == "row":
+        want = "k11_fp8_rowwise_tma"
+    assert choose.scale_granularity(qa, qb, sa, sb) == gran
+    assert choose.scaled_kernel_for(qa, qb, sa, sb) == want
+    got = gl.scaled_matmul(qa, qb, sa, sb, out_dtype=torch.float32)
+    assert fp8.rel_error(got.cpu(), ref) < TOL
+    assert torch.equal(got, gl.scaled_matmul(qa, qb, sa, sb, kernel=want, out_dtype=torch.float32))
+
+
+def test_auto_names_the_shapes_it_takes():
+    qa, qb, sa, sb, _ = _operands(20, 24, 300, "k11_fp8_rowwise")
+    with pytest.raises(ValueError, match=r"\(20, 1\) and \(1, 24\) \(per row and column\), or "
+                                         r"\(20, 3\) and \(3, 1\)"):
+        gl.scaled_matmul(qa, qb, sa.reshape(-1), sb)
+    with pytest.raises(TypeError, match="scale_b must be a torch.Tensor"):
+        gl.scaled_matmul(qa, qb, sa, 1.0)
+    # one K block and one column: the block scales are the per-row ones, the same product
+    from gemm_lessons import choose
+    qa, qb, sa, sb, _ = _operands(20, 1, 100, "k11_fp8_rowwise")
+    assert sb.shape == (1, 1) and choose.scale_granularity(qa, qb, sa, sb) == "row"
