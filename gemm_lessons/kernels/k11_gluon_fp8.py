@@ -129,7 +129,7 @@ def block_ws_kernel(
                     stride_cn, 1, BLOCK_SIZE_N, NUM_STAGES, SCALE_BLOCK)),
         (producer, (a_desc, bt_desc, a_ring, b_ring, ready, empty, off_m, off_n, k_tiles,
                     BLOCK_SIZE_K, NUM_STAGES)),
-    ], [4, 1])
+    ], [4, 1], [232, 40])     # registers a thread: the second consumer 232, the producer 40
     for s in gl.static_range(NUM_STAGES):
         mbarrier.invalidate(ready.index(s))
         mbarrier.invalidate(empty.index(s))
