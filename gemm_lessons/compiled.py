@@ -34,7 +34,7 @@ def _cc_tuple(cc):
 
 def variant(name):
     """``(registered name, configuration changes)`` of ``name`` or ``name@FIELD=VALUE``
-    (``k06_cluster@RELEASE=cta``: the kernel built with that change to its GPU
+    (``k06_cluster@RELEASE=cluster``: the kernel built with that change to its GPU
     configuration; an integer VALUE is read as one). tools/record_ncu.sh's driver reads
     its kernel names with it too."""
     base, _, change = name.partition("@")
@@ -43,7 +43,7 @@ def variant(name):
     field, eq, value = change.partition("=")
     if not (eq and field and value):
         raise ValueError(f"{name!r}: a variant is NAME@FIELD=VALUE, e.g. "
-                         "k06_cluster@RELEASE=cta")
+                         "k06_cluster@RELEASE=cluster")
     return base, {field: int(value) if value.lstrip("-").isdigit() else value}
 
 
@@ -74,7 +74,7 @@ def compile_here(name, cc):
 def ptx(name, cc=(8, 0)) -> str:
     """The PTX of the registered numba kernel ``name`` for compute capability ``cc``
     (``name@FIELD=VALUE``: with that change to its GPU configuration, for the kernels whose
-    PTX hook takes one, e.g. ``k06_cluster@RELEASE=cta``)."""
+    PTX hook takes one, e.g. ``k06_cluster@RELEASE=cluster``)."""
     return ptx_many([name], cc)[name]
 
 

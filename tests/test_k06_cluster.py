@@ -92,12 +92,12 @@ def test_the_barrier_audit_names_each_broken_variant(bug, error, says):
     assert says in str(caught.value)
 
 
-def test_releases_at_cluster_scope_compile_with_a_fence_and_cta_scope_without():
-    # step 10 frees a stage in every block of the cluster with mbarrier.arrive.release.cluster,
-    # which ptxas precedes with MEMBAR.ALL.GPU; RELEASE='cta' builds the same kernel with
-    # mbarrier.arrive.release.cta (no data to publish: the wgmma reads are complete): no fence
-    texts = compiled.ptx_many([NAME, f"{NAME}@RELEASE=cta"], (9, 0))
-    fenced, cta = texts[NAME], texts[f"{NAME}@RELEASE=cta"]
+def test_releases_at_cta_scope_compile_without_a_fence_and_cluster_scope_with_one():
+    # step 10 frees a stage in every block of the cluster with mbarrier.arrive.release.cta
+    # (no data to publish: the wgmma reads are complete); RELEASE='cluster' builds the same
+    # kernel with mbarrier.arrive.release.cluster, which ptxas precedes with MEMBAR.ALL.GPU
+    texts = compiled.ptx_many([NAME, f"{NAME}@RELEASE=cluster"], (9, 0))
+    cta, fenced = texts[NAME], texts[f"{NAME}@RELEASE=cluster"]
     for text, scope in ((cta, "cta"), (fenced, "cluster")):
         arrives = re.findall(r"mbarrier\.arrive\.release\.(\w+)\.shared::cluster", text)
         assert arrives and set(arrives) == {scope}, (scope, set(arrives))

@@ -18,7 +18,7 @@ only="${1:-}"
 
 # Runs the registered kernels named on the command line once each, on seeded random n x n
 # operands (n and the dtype first): the process ncu profiles. NAME@FIELD=VALUE runs kernel
-# NAME's module with that change to its configuration (k06_cluster@RELEASE=cta).
+# NAME's module with that change to its configuration (k06_cluster@RELEASE=cluster).
 DRIVER='import importlib, sys, torch, gemm_lessons as gl
 from gemm_lessons.compiled import variant
 n, dt = int(sys.argv[1]), getattr(torch, sys.argv[2])
@@ -91,7 +91,7 @@ record ncu_k06_cluster.txt \
         --section SpeedOfLight --section LaunchStats --section Occupancy --section WarpStateStats \
         --section MemoryWorkloadAnalysis \
         --metrics lts__t_sector_hit_rate.pct,dram__bytes_read.sum,gpu__time_duration.sum \
-        python -c "$DRIVER" 8192 float16 k06_tma_store k06_cluster k06_cluster@RELEASE=cta
+        python -c "$DRIVER" 8192 float16 k06_tma_store k06_cluster k06_cluster@RELEASE=cluster
 
 # Lesson 07: the L2 side of the tile order, fp16, one launch of each order at 4096^3 and at
 # 8192^3 (grouped, GROUP_SIZE_M=8, then row-major, at each size): L2 hit rate, bytes read

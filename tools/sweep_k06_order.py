@@ -7,8 +7,8 @@ grid walking its tiles row by row and in groups of GROUP_M tile rows, against cu
 What it does, in one process, printing its progress:
 
 1. for each size (4096, then 8192; fp16, M = N = K), each kernel (``k06_tma_store`` and
-   ``k06_pingpong``; ``--kernels`` may add ``k06_cluster`` and ``k06_cluster_cta``,
-   step 10 with its releases at CTA scope) and each ``GROUP_M``
+   ``k06_pingpong``; ``--kernels`` may add ``k06_cluster``, step 10,
+   and ``k06_cluster_fenced``, step 10 with its releases at cluster scope) and each ``GROUP_M``
    (``--groups``, default 1 8 16; 1 is the row-major order), builds the kernel with that
    order (``config=dict(GROUP_M=g)``, the kernel's GPU configuration otherwise) and checks
    its product, into an output filled with NaN, against float64 (``harness.compare``); a
@@ -46,10 +46,11 @@ from gemm_lessons.kernels import k06_cluster, k06_pingpong, k06_tma_store  # noq
 
 T0 = time.time()
 #: row name -> (the kernel's module, the configuration it always takes);
-#: k06_cluster_cta is step 10 with its releases at CTA scope (RELEASE='cta': no fence)
+#: k06_cluster_fenced is step 10 with its releases at cluster scope (RELEASE='cluster': a
+#: MEMBAR.ALL.GPU before each)
 KERNELS = {"k06_tma_store": (k06_tma_store, {}), "k06_pingpong": (k06_pingpong, {}),
            "k06_cluster": (k06_cluster, {}),
-           "k06_cluster_cta": (k06_cluster, {"RELEASE": "cta"})}
+           "k06_cluster_fenced": (k06_cluster, {"RELEASE": "cluster"})}
 DEFAULT_KERNELS = ["k06_tma_store", "k06_pingpong"]
 DTYPE = torch.float16
 
@@ -147,7 +148,7 @@ def main(argv=None):
     p.add_argument("--sizes", type=int, nargs="+", default=[4096, 8192])
     p.add_argument("--kernels", nargs="+", default=DEFAULT_KERNELS, choices=sorted(KERNELS),
                    help="the kernels to time (k06_cluster: step 10, clusters of two; "
-                        "k06_cluster_cta: step 10 with CTA-scope releases)")
+                        "k06_cluster_fenced: step 10 with cluster-scope releases)")
     p.add_argument("--dry-run", action="store_true",
                    help="on the CPU: the simulator on one small product, wall-clock times")
     args = p.parse_args(argv)

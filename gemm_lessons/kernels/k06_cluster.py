@@ -14,11 +14,12 @@ its block of rank ``r`` computes columns ``r * BN`` onwards of each. Against ste
 * a stage may be refilled only once it is read in *every* block (rank 0 writes into all of
   them): each consumer thread releases the stage on the ``empty`` barrier of every block of
   the cluster, so ``empty`` counts the consumers of the whole cluster, and every producer
-  waits for all of them. The release is at cluster scope
+  waits for all of them. The release is at CTA scope (``mbarrier_arrive_cluster``, as
+  CUTLASS's ``ClusterBarrier::arrive`` emits): a consumer that frees a stage publishes no
+  data (its ``wgmma`` reads are complete), so it needs no fence. ``RELEASE='cluster'``
+  builds the same kernel with releases at cluster scope
   (``mbarrier_arrive_cluster_release``), which ptxas compiles with a ``MEMBAR.ALL.GPU``
-  before every arrival; ``RELEASE='cta'`` builds the same kernel with releases at CTA
-  scope (``mbarrier_arrive_cluster``, as CUTLASS's ``ClusterBarrier::arrive`` emits):
-  a consumer that frees a stage publishes no data, so it needs no fence;
+  before every arrival: lesson 06 times what that fence costs;
 * the blocks meet at the cluster barrier (``barrier_cluster_arrive`` / ``_wait``) where
   step 8 had its ``syncthreads``, after the barriers are initialized and before another
   block may signal them, and again before they exit, so that no block leaves while another
@@ -64,10 +65,10 @@ class ClusterConfig(TmaStoreConfig):
     """:class:`~gemm_lessons.kernels.k06_tma_store.TmaStoreConfig`, CLUSTER, the blocks
     of a cluster along N (1 to 8: a GPU runs clusters of up to 8 blocks everywhere), and
     RELEASE, the scope at which a consumer's arrival on another block's ``empty`` barrier
-    releases: ``'cta'`` (``mbarrier_arrive_cluster``, no fence) or ``'cluster'``
+    releases: ``'cta'`` (``mbarrier_arrive_cluster``, no fence; the default) or ``'cluster'``
     (``mbarrier_arrive_cluster_release``, a ``MEMBAR.ALL.GPU`` before every arrival)."""
     CLUSTER: int = 2
-    RELEASE: str = "cluster"
+    RELEASE: str = "cta"
 
     def rules(self):
         return super().rules() + [
