@@ -178,6 +178,61 @@ def test_gluon_block_kernel_has_two_consumers_out_of_step():
         assert not re.search(r"\b(?:STL|LDL)\b", asm["sass"]), "registers spill"
 
 
+def test_gluon_block_kernel_producer_brings_the_scales():
+    """sm_90: with the scale ring (the default) the producer loads each K-step's scales (128
+    rows over its 32 threads: four loads, and B's one), stores them in the slot and arrives on
+    its ``ready`` barrier, which counts two arrivals; the consumers load nothing from global
+    memory in their K loops, and read their rows' scales from shared memory between the
+    ``ready`` wait and the wgmma. Without it each consumer loads its own scales (two rows and
+    B's scale a thread) before its wait."""
+    import re
+    from gemm_lessons import triton_asm
+    from gemm_lessons.kernels import k11_gluon_fp8 as ws
+    assert ws.WS_CONFIG.scale_ring and ws.WS_CONFIG.persistent
+    ring, loads = triton_asm.compile_kernels([
+        ws.asm_job(), ws.asm_job(ws.WS_CONFIG._replace(scale_ring=False))])
+    ptx = ring["ptx"]
+    assert len(re.findall(r"mbarrier\.init\.shared::cta\.b64 \[%r\d+\], 2;", ptx)) == \
+        2 * ws.WS_CONFIG.num_stages                       # ready and empty: two arrivals each
+    copies = ptx.index("cp.async.bulk.tensor")               # the producer's code
+    consumers = ptx[:ptx.rindex("wgmma.wait_group", 0, copies)]
+    assert "ld.global" not in consumers
+    assert len(re.findall(r"ld\.global", ptx[len(consumers):copies])) == 128 // 32 + 1
+    assert re.search(r"st\.shared\.v4\.b32[^\n]*\n(?:.*\n){0,4}?\s*bar\.warp\.sync[^\n]*\n"
+                     r"(?:.*\n){0,3}?\s*@%p\d+ mbarrier\.arrive\.shared", ptx[copies:])
+    for part in consumers.split("mbarrier.try_wait")[1:]:
+        before_mma = part.split("wgmma.fence")[0]
+        assert len(re.findall(r"ld\.shared\.b32", before_mma)) == 2     # its two rows' scales
+    old = loads["ptx"]
+    old_consumers = old[:old.rindex("wgmma.wait_group", 0, old.index("cp.async.bulk.tensor"))]
+    assert len(re.findall(r"ld\.global", old)) == len(re.findall(r"ld\.global", old_consumers)) \
+        == 2 * 3                                              # each consumer: two rows, B's one
+    assert 0 <= ring["shared"] - loads["shared"] - ws.WS_CONFIG.num_stages * 128 * 4 <= 128
+    for asm in (ring, loads):
+        if asm["sass"]:
+            assert not re.search(r"\b(?:STL|LDL)\b", asm["sass"]), "registers spill"
+
+
+def test_gluon_block_launcher_grid_and_options(monkeypatch):
+    """The launcher's grid: persistent (the default), one program a multiprocessor at most;
+    else one program a tile. A TileConfig takes the options' defaults."""
+    from gemm_lessons.kernels import k11_gluon_fp8 as ws
+    launches = []
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: launches.append((grid, kw["SCALE_RING"]))
+
+    monkeypatch.setattr(ws, "persistent_programs", lambda device: 4)
+    a = torch.zeros(300, 1500).to(torch.float8_e4m3fn)
+    b = torch.zeros(260, 1500).to(torch.float8_e4m3fn).t()           # W.t()
+    sa, sb, c = torch.ones(300, 12), torch.ones(12, 3), torch.empty(300, 260)
+    for cfg in (None, ws.WsConfig(128, 128, 128, 4, 5, False, False),
+                ws.WsConfig(128, 128, 128, 4, 5, True, False), k11.TileConfig(128, 64, 128, 4, 6)):
+        ws._launch_ws(Kernel(), "block", a, b, sa, sb, c, cfg)
+    assert launches == [((4,), True), ((9,), False), ((9,), True), ((4,), True)]
+
+
 @pytest.mark.parametrize("cfg", [(64, 128, 128, 4, 4), (128, 4, 128, 4, 4), (128, 128, 64, 4, 4),
                                  (128, 128, 128, 4, 0)])
 def test_gluon_block_kernel_refuses_tiles_it_cannot_split(cfg):
@@ -188,16 +243,24 @@ def test_gluon_block_kernel_refuses_tiles_it_cannot_split(cfg):
 
 @pytest.mark.parametrize("kernel,config", [
     ("k11_fp8_blockwise_ws", None), ("k11_fp8_blockwise_ws", (128, 64, 128, 4, 6)),
+    ("k11_fp8_blockwise_ws", (128, 128, 128, 4, 5, False, False)),
+    ("k11_fp8_blockwise_ws", (128, 128, 128, 4, 5, False, True)),
+    ("k11_fp8_blockwise_ws", (128, 128, 128, 4, 5, True, False)),
     ("k11_fp8_blockwise_tma", None), ("k11_fp8_blockwise_tma", (128, 128, 128, 8, 4))])
-def test_block_kernels_wrap_their_rings(kernel, config):
+def test_block_kernels_wrap_their_rings(kernel, config, monkeypatch):
     """Twelve K-steps (two passes round a ring of five or six slots: the second-round
-    parities), several tiles each way and ragged edges, in each configuration."""
+    parities), several tiles each way and ragged edges, in each configuration; the Gluon
+    kernel's persistent grid cut to four programs, so that each walks two or three tiles, the
+    ring's position running on from one to the next."""
     if not gl.runs_here(kernel) or gl.engine().kind != "cuda":
         pytest.skip(f"{kernel}: a GPU test (the interpreter has no ring)")
+    from gemm_lessons.kernels import k11_gluon_fp8 as ws
+    monkeypatch.setattr(ws, "persistent_programs", lambda device: 4)
     qa, qb, sa, sb, ref = _operands(300, 260, 1500, kernel, b_layout="transposed")
     out = torch.full((300, 260), float("nan"), dtype=torch.float32, device=gl.device())
     entry = next(k for k in gl.kernels() if k.name == kernel)
-    entry.scaled(qa, qb, sa, sb, out, config=k11.TileConfig(*config) if config else None)
+    cfg = None if config is None else (ws.WsConfig if len(config) == 7 else k11.TileConfig)(*config)
+    entry.scaled(qa, qb, sa, sb, out, config=cfg)
     assert not torch.isnan(out).any(), "an element was never written"
     assert fp8.rel_error(out.cpu(), ref) < TOL
 

@@ -73,6 +73,26 @@ def test_configs_entries_name_one_configuration():
         sweep_fp8.parse_configs("k11_fp8_tensorwise@64x128x128w4s3")
 
 
+def test_gluon_kernel_configurations_carry_its_options():
+    """k11_fp8_blockwise_ws@...r1p0: the Gluon kernel's scale ring (r) and persistent grid (p)
+    in the label; the list --configs times holds each of the four combinations."""
+    import argparse
+    import pytest
+    from gemm_lessons.kernels.k11_gluon_fp8 import WS_CONFIG, WsConfig
+    entries = sweep_fp8.parse_configs("k11_fp8_blockwise_ws@128x128x128w4s5r0p1,"
+                                      "k11_fp8_blockwise_ws@128x64x128w4s6")
+    assert entries == ("k11_fp8_blockwise_ws@128x128x128w4s5r0p1",
+                       "k11_fp8_blockwise_ws@128x64x128w4s6")
+    got = sweep_fp8.configs_of("k11_fp8_blockwise_ws", entries)
+    assert got[0] == WsConfig(128, 128, 128, 4, 5, scale_ring=False, persistent=True)
+    assert tuple(got[1]) == (128, 64, 128, 4, 6)            # the options at their defaults
+    assert sweep_fp8._label(WS_CONFIG) == "128x128x128w4s5r1p1"
+    assert {(c.scale_ring, c.persistent) for c in sweep_fp8.WS_CONFIGS} == {
+        (False, False), (False, True), (True, False), (True, True)}
+    with pytest.raises(argparse.ArgumentTypeError, match="only k11_fp8_blockwise_ws"):
+        sweep_fp8.parse_configs("k11_fp8_blockwise@64x128x128w4s3r1p1")
+
+
 def test_one_configuration_is_checked_and_timed(tmp_path):
     """--configs KERNEL@CONFIG on the interpreter: that configuration alone, checked against
     float64, in rows against the per-row kernel and the bf16 GEMM."""

@@ -52,7 +52,15 @@ each other, the per-row kernel and bf16 in one run (no step starts after 100 s):
 
 (128 x 128 tiles over 8 warps: one program a multiprocessor, whose promotion stalls its
 tensor core; 64 x 128 over 4 warps: two programs a multiprocessor, one's promotion free to
-overlap the other's ``wgmma``.)
+overlap the other's ``wgmma``.) The Gluon kernel's configurations take its two options after
+the tile, ``r`` (1: the producer brings each K-step's scales into the ring; 0: each consumer
+loads its own in the K-step) and ``p`` (1: a persistent grid; 0: one program a tile), each
+timed beside the per-row kernel:
+
+    python tools/sweep_fp8.py --shapes 4096,8192 --budget-s 150 --no-errors \
+        --kernels k11_fp8_rowwise,k11_fp8_blockwise_ws \
+        --configs k11_fp8_blockwise_ws@128x128x128w4s5r0p0,k11_fp8_blockwise_ws@128x128x128w4s5r1p1 \
+        --out $OUT/h100_fp8_block_ws3.csv
 """
 from __future__ import annotations
 
@@ -74,6 +82,7 @@ from gemm_lessons import fp8, harness, results  # noqa: E402
 from gemm_lessons.__main__ import _versions  # noqa: E402
 from gemm_lessons.kernels import k11_triton_fp8 as k11  # noqa: E402
 from gemm_lessons.kernels.k07_triton_swizzle import TileConfig  # noqa: E402
+from gemm_lessons.kernels.k11_gluon_fp8 import WsConfig  # noqa: E402
 from gemm_lessons.shapes import SHAPES_LLM, shape_name  # noqa: E402
 
 T0 = time.time()
@@ -98,9 +107,14 @@ CONFIGS = [TileConfig(128, 256, 128, 8, 3), TileConfig(128, 256, 128, 8, 4),
 PROMOTED_CONFIGS = [TileConfig(128, 128, 128, 8, 4), TileConfig(128, 128, 128, 8, 3),
                     TileConfig(64, 128, 128, 4, 4), TileConfig(64, 128, 128, 4, 3),
                     TileConfig(128, 64, 128, 4, 4), TileConfig(128, 128, 64, 8, 4)]
-# the Gluon kernel: two warpgroups of 64 rows, K-steps of one scale block; the ring's depth
-WS_CONFIGS = [TileConfig(128, 128, 128, 4, 5), TileConfig(128, 128, 128, 4, 4),
-              TileConfig(128, 128, 128, 4, 6), TileConfig(128, 64, 128, 4, 6)]
+# the Gluon kernel: two warpgroups of 64 rows, K-steps of one scale block; its two options
+# (labels ...r1p1: r, the producer brings the scales into the ring (1) or each consumer loads
+# its own in the K-step (0); p, a persistent grid (1) or one program a tile (0)) each way,
+# then the ring's depth and the tile's width with both on (the default)
+WS_CONFIGS = [WsConfig(128, 128, 128, 4, 5, ring, persistent)
+              for ring in (False, True) for persistent in (False, True)]
+WS_CONFIGS += [WsConfig(128, 128, 128, 4, 4), WsConfig(128, 128, 128, 4, 6),
+               WsConfig(128, 64, 128, 4, 6)]
 # the kernels --configs times, with their lists of configurations
 CONFIG_KERNELS = {"k11_fp8_rowwise": CONFIGS, "k11_fp8_blockwise": PROMOTED_CONFIGS,
                   "k11_fp8_rowwise_promoted": PROMOTED_CONFIGS,
@@ -262,7 +276,10 @@ def time_shape(M, N, K, dev, timeit, dry, rows, versions, device, kernels=tuple(
 
 
 def _label(cfg):
-    return f"{cfg.BM}x{cfg.BN}x{cfg.BK}w{cfg.num_warps}s{cfg.num_stages}"
+    label = f"{cfg.BM}x{cfg.BN}x{cfg.BK}w{cfg.num_warps}s{cfg.num_stages}"
+    if isinstance(cfg, WsConfig):          # the Gluon kernel's options: r(ing) and p(ersistent)
+        label += f"r{int(cfg.scale_ring)}p{int(cfg.persistent)}"
+    return label
 
 
 def _entry(name):
@@ -382,13 +399,18 @@ def parse_shapes(text):
 
 
 def parse_config(label):
-    """'128x128x128w8s4' (BM x BN x BK, warps, stages) -> TileConfig."""
+    """'128x128x128w8s4' (BM x BN x BK, warps, stages) -> TileConfig; with the Gluon kernel's
+    options, '128x128x128w4s5r1p0' (r: scale_ring, p: persistent, 0 or 1) -> WsConfig."""
     import re
-    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)w(\d+)s(\d+)", label.strip())
+    m = re.fullmatch(r"(\d+)x(\d+)x(\d+)w(\d+)s(\d+)(?:r([01])p([01]))?", label.strip())
     if not m:
         raise argparse.ArgumentTypeError(f"{label!r}: a configuration is BMxBNxBKwWARPSsSTAGES, "
-                                         "e.g. 128x128x128w8s4")
-    return TileConfig(*(int(g) for g in m.groups()))
+                                         "e.g. 128x128x128w8s4 (k11_fp8_blockwise_ws: "
+                                         "optionally r0/r1 p0/p1 after, e.g. 128x128x128w4s5r1p0)")
+    tile = TileConfig(*(int(g) for g in m.groups()[:5]))
+    if m.group(6) is None:
+        return tile
+    return WsConfig(*tile, scale_ring=m.group(6) == "1", persistent=m.group(7) == "1")
 
 
 def parse_configs(text):
@@ -404,7 +426,11 @@ def parse_configs(text):
             if name not in CONFIG_KERNELS:
                 raise argparse.ArgumentTypeError(f"{name}: configurations are timed for "
                                                  f"{', '.join(CONFIG_KERNELS)}")
-            label = _label(parse_config(label))
+            cfg = parse_config(label)
+            if isinstance(cfg, WsConfig) and name != "k11_fp8_blockwise_ws":
+                raise argparse.ArgumentTypeError(f"{item}: only k11_fp8_blockwise_ws takes the "
+                                                 "r (scale ring) and p (persistent) options")
+            label = _label(cfg)
         entries.append(f"{name}@{label}" if label else name)
     return tuple(entries)
 
