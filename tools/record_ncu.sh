@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Record the Nsight Compute output that lessons 01, 03, 04, 05, 06, 07 and 09 show, on a GPU host.
+# Record the Nsight Compute output that lessons 01, 03, 04, 05, 06, 07, 09 and 11 show, on a GPU host.
 #
 #   bash tools/record_ncu.sh            # from the repository root, with the venv active
 #   bash tools/record_ncu.sh k09        # only the recordings whose file name contains "k09"
@@ -92,6 +92,15 @@ record ncu_k06_cluster.txt \
         --section MemoryWorkloadAnalysis \
         --metrics lts__t_sector_hit_rate.pct,dram__bytes_read.sum,gpu__time_duration.sum \
         python -c "$DRIVER" 8192 float16 k06_tma_store k06_cluster k06_cluster@RELEASE=cluster
+
+# Lesson 11: the block-scaled FP8 kernel beside the per-row one on Hopper, e4m3 at 8192^3
+# (unit scales), one launch each of k11_fp8_rowwise (its TMA kernel) and
+# k11_fp8_blockwise_ws: throughput, warp stalls, shared memory and the pipes' use
+record ncu_k11_block_ws.txt \
+    ncu -k 'regex:rowwise|block_ws' --launch-count 2 \
+        --section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis \
+        --section MemoryWorkloadAnalysis --metrics gpu__time_duration.sum \
+        python -c "$DRIVER" 8192 float8_e4m3fn k11_fp8_rowwise k11_fp8_blockwise_ws
 
 # Lesson 07: the L2 side of the tile order, fp16, one launch of each order at 4096^3 and at
 # 8192^3 (grouped, GROUP_SIZE_M=8, then row-major, at each size): L2 hit rate, bytes read
