@@ -25,6 +25,8 @@ n, dt = int(sys.argv[1]), getattr(torch, sys.argv[2])
 g = torch.Generator(device="cuda").manual_seed(0)
 a = torch.randn(n, n, device="cuda", generator=g).to(dt)
 b = torch.randn(n, n, device="cuda", generator=g).to(dt)
+if dt.itemsize == 1:          # FP8: B K-major (an nn.Linear weight's W.t()), as FP8 wgmma reads it
+    b = b.t().contiguous().t()
 for name in sys.argv[3:]:
     name, change = variant(name)
     if change:
@@ -94,7 +96,7 @@ record ncu_k06_cluster.txt \
         python -c "$DRIVER" 8192 float16 k06_tma_store k06_cluster k06_cluster@RELEASE=cluster
 
 # Lesson 11: the block-scaled FP8 kernel beside the per-row one on Hopper, e4m3 at 8192^3
-# (unit scales), one launch each of k11_fp8_rowwise (its TMA kernel) and
+# (unit scales, B K-major), one launch each of k11_fp8_rowwise and
 # k11_fp8_blockwise_ws: throughput, warp stalls, shared memory and the pipes' use
 record ncu_k11_block_ws.txt \
     ncu -k 'regex:rowwise|block_ws' --launch-count 2 \
