@@ -25,7 +25,7 @@ n, dt = int(sys.argv[1]), getattr(torch, sys.argv[2])
 g = torch.Generator(device="cuda").manual_seed(0)
 a = torch.randn(n, n, device="cuda", generator=g).to(dt)
 b = torch.randn(n, n, device="cuda", generator=g).to(dt)
-if dt.itemsize == 1:          # FP8: B K-major (an nn.Linear weight's W.t()), as FP8 wgmma reads it
+if dt.itemsize == 1:          # FP8: B K-major (W.t() of an nn.Linear weight), as FP8 wgmma reads it
     b = b.t().contiguous().t()
 for name in sys.argv[3:]:
     name, change = variant(name)
