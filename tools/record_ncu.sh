@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Record the Nsight Compute output that lessons 01, 03, 04, 05, 06, 07, 09 and 11 show, on a GPU host.
+# Record the Nsight Compute output that lessons 01, 03, 04, 05, 06, 07 and 09 show, on a GPU host,
+# and the one lesson 11 asks you to record (k11).
 #
 #   bash tools/record_ncu.sh            # from the repository root, with the venv active
 #   bash tools/record_ncu.sh k09        # only the recordings whose file name contains "k09"
