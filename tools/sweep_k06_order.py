@@ -15,7 +15,12 @@ What it does, in one process, printing its progress:
    wrong product is reported and not timed;
 2. times every checked variant and cuBLAS (``torch.mm`` of the same operands), batches
    interleaved in one ``harness.time_cuda_many`` call: once as calls (the host's cost
-   included) and once replayed from CUDA graphs (GPU time alone);
+   included) and once replayed from CUDA graphs (GPU time alone). A call here is the
+   module's ``run(config=...)``: the launcher's Python (its checks, the configuration,
+   numba's dispatch on the arguments' types) on every call, where ``gl.matmul`` replays a
+   launch plan (``gemm_lessons.fastpath``). Where the product takes a few tenths of a
+   millisecond (4096) the direct column carries that host time, so compare kernels on the
+   graph column and time the user's call with ``python -m gemm_lessons ladder``;
 3. writes the rows so far to ``--out`` after each size (``gemm_lessons.results`` format):
    ``kernel`` is ``k06_tma_store:g8`` for GROUP_M = 8 called directly and
    ``k06_tma_store:g8:graph`` for its graph replays, ``baseline_ms`` cuBLAS's time in the
